@@ -1,0 +1,267 @@
+/*
+ * geqrf_op.c - the qr2::geqrf operator: registration through torch's stable C ABI and the boxed
+ * kernels for the CPU and CUDA dispatch keys.
+ *
+ * Every boxed kernel owns its input handle and must either fill both return slots with new
+ * owning handles or raise. Failures are collected in a `call` record, every owned handle is
+ * released, and only then is the message raised through aoti_torch_check (which does not return).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qr2_cuda.h"
+#include "routes.h"
+#include "torch_abi.h"
+
+#define SCHEMA "geqrf(Tensor A) -> (Tensor, Tensor)"
+#define MAX_DIM 64
+
+typedef struct call {
+    AtenTensorHandle input, h, tau, work;
+    CUDAGuardHandle guard;
+    char msg[640];
+    int failed;
+} call;
+
+static void fail(call* c, const char* fmt, ...) {
+    if (c->failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+    c->failed = 1;
+}
+
+static void release(AtenTensorHandle* t) {
+    if (*t) aoti_torch_delete_tensor_object(*t);
+    *t = 0;
+}
+
+/* Releases everything the call still owns; raises if it failed. */
+static void finish(call* c, StableIValue* stack) {
+    if (c->guard) aoti_torch_delete_cuda_guard(c->guard);
+    c->guard = 0;
+    release(&c->work);
+    release(&c->input);
+    if (!c->failed) {
+        stack[0] = (StableIValue)(uintptr_t)c->h;
+        stack[1] = (StableIValue)(uintptr_t)c->tau;
+        return;
+    }
+    release(&c->h);
+    release(&c->tau);
+    aoti_torch_check(false, "qr2.geqrf", __FILE__, __LINE__, c->msg);
+}
+
+#define TRY(c, expr, what)                                                      \
+    do {                                                                        \
+        if (!(c)->failed && (expr) != 0) fail((c), "qr2.geqrf: %s failed", what); \
+    } while (0)
+
+static const char* dtype_name(int32_t d) {
+    if (d == aoti_torch_dtype_float32()) return "float32";
+    if (d == aoti_torch_dtype_float64()) return "float64";
+    if (d == aoti_torch_dtype_complex64()) return "complex64";
+    if (d == aoti_torch_dtype_complex128()) return "complex128";
+    if (d == aoti_torch_dtype_float16()) return "float16";
+    if (d == aoti_torch_dtype_bfloat16()) return "bfloat16";
+    if (d == aoti_torch_dtype_int64()) return "int64";
+    if (d == aoti_torch_dtype_int32()) return "int32";
+    if (d == aoti_torch_dtype_bool()) return "bool";
+    return "an unsupported dtype";
+}
+
+static int is_lapack_dtype(int32_t d) {
+    return d == aoti_torch_dtype_float32() || d == aoti_torch_dtype_float64() ||
+           d == aoti_torch_dtype_complex64() || d == aoti_torch_dtype_complex128();
+}
+
+/* The shape checks torch.geqrf makes, with our wording. Reads dim, sizes and dtype. */
+typedef struct shape {
+    int64_t dim;
+    int64_t* sizes;
+    int64_t* strides;
+    int32_t dtype;
+} shape;
+
+static void inspect(call* c, shape* s) {
+    TRY(c, aoti_torch_get_dim(c->input, &s->dim), "aoti_torch_get_dim");
+    TRY(c, aoti_torch_get_sizes(c->input, &s->sizes), "aoti_torch_get_sizes");
+    TRY(c, aoti_torch_get_strides(c->input, &s->strides), "aoti_torch_get_strides");
+    TRY(c, aoti_torch_get_dtype(c->input, &s->dtype), "aoti_torch_get_dtype");
+    if (c->failed) return;
+    if (s->dim < 2)
+        fail(c, "qr2.geqrf: expected a tensor of shape (*, m, n) with at least 2 dimensions, got %" PRId64
+                " dimension(s)", s->dim);
+    else if (s->dim > MAX_DIM)
+        fail(c, "qr2.geqrf: expected at most %d dimensions, got %" PRId64, MAX_DIM, s->dim);
+    else if (!is_lapack_dtype(s->dtype))
+        fail(c, "qr2.geqrf: expected a float32, float64, complex64 or complex128 tensor, got %s",
+             dtype_name(s->dtype));
+}
+
+/* Hands the call to aten::geqrf (LAPACK on CPU, cuSOLVER on CUDA); it takes the input handle. */
+static void delegate_to_aten(call* c) {
+    StableIValue st[2] = {(StableIValue)(uintptr_t)c->input, 0};
+    c->input = 0; /* the dispatcher steals it, even when it fails */
+    if (torch_call_dispatcher("aten::geqrf", "", st, QR2_TORCH_ABI_2_11) != 0) {
+        fail(c, "qr2.geqrf: aten::geqrf failed (torch logged the reason)");
+        return;
+    }
+    c->h = (AtenTensorHandle)(uintptr_t)st[0];
+    c->tau = (AtenTensorHandle)(uintptr_t)st[1];
+}
+
+static void geqrf_cpu(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
+    shape s = {0};
+    if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
+    inspect(&c, &s);
+    if (!c.failed) delegate_to_aten(&c);
+    finish(&c, stack);
+}
+
+/* ---- CUDA ---- */
+
+static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
+
+/* torch.geqrf's layout: H column-major per matrix, batch-major outside (the strides of a
+ * contiguous (*, n, m) tensor with its last two dimensions swapped); tau contiguous. */
+static void output_strides(const shape* s, int64_t kmin, int64_t* h_strides, int64_t* tau_strides) {
+    const int64_t d = s->dim, m = s->sizes[d - 2], n = s->sizes[d - 1];
+    int64_t acc = 1;
+    h_strides[d - 2] = 1;
+    acc *= max1(m);
+    h_strides[d - 1] = acc;
+    acc *= max1(n);
+    for (int64_t i = d - 3; i >= 0; --i) {
+        h_strides[i] = acc;
+        acc *= max1(s->sizes[i]);
+    }
+    acc = 1;
+    tau_strides[d - 2] = 1;
+    acc *= max1(kmin);
+    for (int64_t i = d - 3; i >= 0; --i) {
+        tau_strides[i] = acc;
+        acc *= max1(s->sizes[i]);
+    }
+}
+
+/* The single stride that walks the batch dimensions in order, if one exists. */
+static int batch_stride(const shape* s, int64_t* bs) {
+    int64_t expect = -1;
+    *bs = 0;
+    for (int64_t i = s->dim - 3; i >= 0; --i) {
+        if (s->sizes[i] == 1) continue;
+        if (expect >= 0 && s->strides[i] != expect) return 0;
+        if (expect < 0) *bs = s->strides[i];
+        expect = s->strides[i] * s->sizes[i];
+    }
+    return 1;
+}
+
+static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
+    shape s = {0};
+    if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
+    inspect(&c, &s);
+    if (c.failed || s.dtype != aoti_torch_dtype_float32()) {
+        if (!c.failed) delegate_to_aten(&c); /* float64 and complex: documented delegation */
+        finish(&c, stack);
+        return;
+    }
+
+    const int64_t d = s.dim, m = s.sizes[d - 2], n = s.sizes[d - 1];
+    int64_t batch = 1;
+    for (int64_t i = 0; i < d - 2; ++i) batch *= s.sizes[i];
+    const int64_t kmin = m < n ? m : n;
+    if (m > INT32_MAX || n > INT32_MAX || batch > INT32_MAX)
+        fail(&c, "qr2.geqrf: expected m, n and the batch size each below 2^31, got m=%" PRId64 ", n=%" PRId64
+                 ", batch=%" PRId64, m, n, batch);
+
+    int32_t device = 0;
+    void* stream = 0;
+    TRY(&c, aoti_torch_get_device_index(c.input, &device), "aoti_torch_get_device_index");
+    TRY(&c, aoti_torch_create_cuda_guard(device, &c.guard), "aoti_torch_create_cuda_guard");
+    TRY(&c, aoti_torch_get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream");
+
+    int64_t h_strides[MAX_DIM], tau_sizes[MAX_DIM], tau_strides[MAX_DIM];
+    if (!c.failed) {
+        output_strides(&s, kmin, h_strides, tau_strides);
+        memcpy(tau_sizes, s.sizes, (size_t)(d - 2) * sizeof(int64_t));
+        tau_sizes[d - 2] = kmin;
+    }
+    const int32_t f32 = aoti_torch_dtype_float32(), cuda = aoti_torch_device_type_cuda();
+    TRY(&c, aoti_torch_empty_strided(d, s.sizes, h_strides, f32, cuda, device, &c.h), "allocating H");
+    TRY(&c, aoti_torch_empty_strided(d - 1, tau_sizes, tau_strides, f32, cuda, device, &c.tau), "allocating tau");
+    if (c.failed || batch == 0 || kmin == 0) {
+        finish(&c, stack);
+        return;
+    }
+
+    qr2_problem p = {.batch = batch, .m = (int)m, .n = (int)n, .device = device, .stream = stream};
+    int smem_optin = 0;
+    if (qr2_cuda_smem_optin(device, &smem_optin)) fail(&c, "%s", qr2_cuda_last_error());
+    const qr2_route* route = c.failed ? 0 : qr2_route_pick(m, n, smem_optin);
+    if (!c.failed && !route) fail(&c, "qr2.geqrf: no route admits m=%" PRId64 ", n=%" PRId64, m, n);
+    TRY(&c, aoti_torch_get_data_ptr(c.h, (void**)&p.h), "aoti_torch_get_data_ptr(H)");
+    TRY(&c, aoti_torch_get_data_ptr(c.tau, (void**)&p.tau), "aoti_torch_get_data_ptr(tau)");
+
+    int64_t a_bs = 0;
+    if (!c.failed && qr2_route_reads_input(route) && batch_stride(&s, &a_bs)) {
+        TRY(&c, aoti_torch_get_data_ptr(c.input, (void**)&p.a), "aoti_torch_get_data_ptr(A)");
+        p.a_rs = s.strides[d - 2];
+        p.a_cs = s.strides[d - 1];
+        p.a_bs = a_bs;
+    } else if (!c.failed) { /* the route works in place on H: start from a copy of A */
+        TRY(&c, aoti_torch_copy_(c.h, c.input, 0), "copying A into H");
+        p.a = p.h;
+        p.a_rs = 1;
+        p.a_cs = m;
+        p.a_bs = m * n;
+    }
+
+    float* work = 0;
+    const int64_t work_floats = c.failed ? 0 : qr2_route_workspace_floats(route, &p);
+    if (work_floats > 0) {
+        int64_t size = work_floats, stride = 1;
+        TRY(&c, aoti_torch_empty_strided(1, &size, &stride, f32, cuda, device, &c.work), "allocating workspace");
+        TRY(&c, aoti_torch_get_data_ptr(c.work, (void**)&work), "aoti_torch_get_data_ptr(workspace)");
+    }
+    if (!c.failed && route->kind == QR2_ROUTE_BLOCKED)
+        TRY(&c, torch_get_current_cuda_blas_handle(&p.blas), "torch_get_current_cuda_blas_handle");
+    if (!c.failed && qr2_route_run(route, &p, work) != 0) fail(&c, "%s", qr2_cuda_last_error());
+    /* The workspace handle is dropped now: the caching allocator reuses the block only for work
+     * queued later on the same stream, after ours. */
+    finish(&c, stack);
+}
+
+/* ---- registration ---- */
+
+static TorchLibraryHandle lib_def, lib_cpu, lib_cuda; /* kept for the life of the process */
+static int registered;
+
+QR2_EXPORT int qr2_register(char* err, size_t err_len) {
+    if (registered) return 0;
+    const uint64_t abi = aoti_torch_abi_version();
+    if ((abi >> 48) < (QR2_TORCH_ABI_2_11 >> 48)) {
+        snprintf(err, err_len, "qr2 needs torch >= 2.11 (stable ABI 0x%016" PRIx64 "), found 0x%016" PRIx64,
+                 (uint64_t)QR2_TORCH_ABI_2_11, abi);
+        return 1;
+    }
+    const char* step = 0;
+    if (aoti_torch_library_init_def("qr2", __FILE__, __LINE__, &lib_def)) step = "aoti_torch_library_init_def(qr2)";
+    else if (aoti_torch_library_def(lib_def, SCHEMA)) step = "aoti_torch_library_def(" SCHEMA ")";
+    else if (aoti_torch_library_init_impl("qr2", "CPU", __FILE__, __LINE__, &lib_cpu)) step = "init_impl(CPU)";
+    else if (torch_library_impl(lib_cpu, "geqrf", geqrf_cpu, QR2_TORCH_ABI_2_11)) step = "torch_library_impl(CPU)";
+    else if (aoti_torch_library_init_impl("qr2", "CUDA", __FILE__, __LINE__, &lib_cuda)) step = "init_impl(CUDA)";
+    else if (torch_library_impl(lib_cuda, "geqrf", geqrf_cuda, QR2_TORCH_ABI_2_11)) step = "torch_library_impl(CUDA)";
+    if (step) {
+        snprintf(err, err_len, "qr2: registering qr2::geqrf failed at %s (torch logged the reason)", step);
+        return 1;
+    }
+    registered = 1;
+    return 0;
+}

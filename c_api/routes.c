@@ -1,0 +1,148 @@
+/*
+ * routes.c - the route table and the schedules behind it. This is the one place that knows the
+ * order of steps for a shape; the kernels in cuda/ know nothing of each other.
+ */
+#include "routes.h"
+
+#include "qr2_cuda.h"
+
+/* The first row that admits a problem runs it. */
+static const qr2_route routes[] = {
+    {"on_chip", QR2_ROUTE_ON_CHIP, 256, 0, 0,
+     "whole matrix in one thread block's shared memory, one launch (n <= 256 and m*n fits on chip)"},
+    {"blocked_nb64", QR2_ROUTE_BLOCKED, 1024, 64, 32,
+     "blocked Householder, 64-wide recursive panels, FP32 compact-WY GEMM updates (n <= 1024)"},
+    {"blocked_nb128", QR2_ROUTE_BLOCKED, 0, 128, 32,
+     "blocked Householder, 128-wide recursive panels, FP32 compact-WY GEMM updates (any shape)"},
+};
+enum { ROUTE_COUNT = sizeof routes / sizeof routes[0] };
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int admits(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
+    if (r->max_n > 0 && n > r->max_n) return 0;
+    if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
+    return 1;
+}
+
+const qr2_route* qr2_route_pick(int64_t m, int64_t n, int smem_optin) {
+    int i = qr2_route_index_for(m, n, smem_optin);
+    return i < 0 ? 0 : &routes[i];
+}
+
+int qr2_route_reads_input(const qr2_route* route) { return route->kind == QR2_ROUTE_ON_CHIP; }
+
+int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
+    if (r->kind != QR2_ROUTE_BLOCKED) return 0;
+    /* per matrix: explicit V of one outer panel (m x nb) + the compact-WY scratch */
+    return p->batch * ((int64_t)p->m * r->nb + qr2_wy_work_floats(r->nb, p->n));
+}
+
+/* ---- on_chip ---- */
+
+static int run_on_chip(const qr2_problem* p) {
+    const int kmin = p->m < p->n ? p->m : p->n;
+    qr2_panel_args a = {
+        .batch = p->batch, .m = p->m, .w = p->n,
+        .src = p->a, .src_rs = p->a_rs, .src_cs = p->a_cs, .src_bs = p->a_bs,
+        .dst = p->h, .ldd = p->m, .dst_bs = (int64_t)p->m * p->n,
+        .tau = p->tau, .tau_bs = kmin,
+        .v = 0,
+    };
+    return qr2_householder_panel(&a, p->device, p->stream);
+}
+
+/* ---- blocked ---- */
+
+typedef struct blocked_ctx {
+    const qr2_route* route;
+    const qr2_problem* p;
+    int smem_optin;
+    int k_outer;  /* first column of the current outer panel */
+    float* v;     /* explicit reflectors of the outer panel: (m - k_outer) x nb, ld m - k_outer */
+    int64_t v_bs;
+    float* wy;    /* compact-WY scratch */
+    int64_t wy_bs;
+} blocked_ctx;
+
+static int ldv_of(const blocked_ctx* c) { return c->p->m - c->k_outer; }
+
+/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc). */
+static int apply_reflectors(const blocked_ctx* c, int k0, int jo, int w, int nc) {
+    const qr2_problem* p = c->p;
+    const int kmin = p->m < p->n ? p->m : p->n;
+    const int ldv = ldv_of(c);
+    qr2_wy_args a = {
+        .batch = p->batch, .mr = p->m - k0, .w = w, .nc = nc,
+        .v = c->v + (int64_t)jo * ldv + jo, .ldv = ldv, .v_bs = c->v_bs,
+        .tau = p->tau + k0, .tau_bs = kmin,
+        .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
+        .work = c->wy, .work_bs = c->wy_bs,
+    };
+    return qr2_apply_block_reflector(&a, p->blas, p->device, p->stream);
+}
+
+static int split_width(int w) {
+    int half = w / 2;
+    if (w > 16) half = (half + 7) / 8 * 8; /* keep GEMM operands 32-byte aligned in width */
+    return half < w ? half : w - 1;
+}
+
+/* Factors columns [k0, k0 + w) of rows [k0, m): one kernel when the panel is narrow enough and fits
+ * on chip (or cannot fit even one column), else left half, update of the right half, right half. */
+static int factor_panel(const blocked_ctx* c, int k0, int jo, int w) {
+    const qr2_problem* p = c->p;
+    const int mr = p->m - k0;
+    const int fits = qr2_panel_fits_on_chip(mr, w, c->smem_optin);
+    const int never_fits = !qr2_panel_fits_on_chip(mr, 1, c->smem_optin);
+    if (w <= c->route->leaf_nb && (fits || never_fits)) {
+        const int kmin = p->m < p->n ? p->m : p->n;
+        float* panel = p->h + (int64_t)k0 * p->m + k0;
+        qr2_panel_args a = {
+            .batch = p->batch, .m = mr, .w = w,
+            .src = panel, .src_rs = 1, .src_cs = p->m, .src_bs = (int64_t)p->m * p->n,
+            .dst = panel, .ldd = p->m, .dst_bs = (int64_t)p->m * p->n,
+            .tau = p->tau + k0, .tau_bs = kmin,
+            .v = c->v + (int64_t)jo * ldv_of(c), .ldv = ldv_of(c), .v_bs = c->v_bs, .v_row0 = jo,
+        };
+        return qr2_householder_panel(&a, p->device, p->stream);
+    }
+    const int w1 = split_width(w);
+    if (factor_panel(c, k0, jo, w1)) return 1;
+    if (apply_reflectors(c, k0, jo, w1, w - w1)) return 1;
+    return factor_panel(c, k0 + w1, jo + w1, w - w1);
+}
+
+static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
+    blocked_ctx c = {.route = r, .p = p};
+    if (qr2_cuda_smem_optin(p->device, &c.smem_optin)) return 1;
+    c.v = work;
+    c.v_bs = (int64_t)p->m * r->nb;
+    c.wy = work + p->batch * c.v_bs;
+    c.wy_bs = qr2_wy_work_floats(r->nb, p->n);
+    const int kmin = p->m < p->n ? p->m : p->n;
+    for (int k = 0; k < kmin; k += r->nb) {
+        const int w = (int)min64(r->nb, kmin - k);
+        c.k_outer = k;
+        if (factor_panel(&c, k, 0, w)) return 1;
+        if (k + w < p->n && apply_reflectors(&c, k, 0, w, p->n - k - w)) return 1;
+    }
+    return 0;
+}
+
+int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work) {
+    if (p->batch == 0 || p->m == 0 || p->n == 0) return 0;
+    return route->kind == QR2_ROUTE_ON_CHIP ? run_on_chip(p) : run_blocked(route, p, work);
+}
+
+/* ---- introspection ---- */
+
+int qr2_route_count(void) { return ROUTE_COUNT; }
+const char* qr2_route_name(int i) { return i >= 0 && i < ROUTE_COUNT ? routes[i].name : 0; }
+const char* qr2_route_description(int i) { return i >= 0 && i < ROUTE_COUNT ? routes[i].why : 0; }
+
+int qr2_route_index_for(int64_t m, int64_t n, int smem_optin) {
+    for (int i = 0; i < ROUTE_COUNT; ++i)
+        if (admits(&routes[i], m, n, smem_optin)) return i;
+    return -1;
+}

@@ -1,0 +1,54 @@
+/*
+ * routes.h - the route table: which CUDA schedule factors an FP32 problem of a given shape.
+ */
+#ifndef QR2_ROUTES_H
+#define QR2_ROUTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QR2_EXPORT __attribute__((visibility("default")))
+
+typedef enum qr2_route_kind {
+    QR2_ROUTE_ON_CHIP, /* whole matrix in one block's shared memory: one launch */
+    QR2_ROUTE_BLOCKED  /* blocked Householder: recursive panels + compact-WY GEMM updates */
+} qr2_route_kind;
+
+typedef struct qr2_route {
+    const char* name;
+    qr2_route_kind kind;
+    int64_t max_n;   /* the route admits n <= max_n (0: any n) */
+    int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */
+    int leaf_nb;     /* blocked: widest panel one kernel factors (narrower when it must fit on chip) */
+    const char* why; /* one line for people: what the route is for */
+} qr2_route;
+
+/* One FP32 problem on one device: batch matrices of m x n. */
+typedef struct qr2_problem {
+    int64_t batch;
+    int m, n;
+    const float* a; /* input: element (i, j) of matrix b at a[b*a_bs + i*a_rs + j*a_cs] */
+    int64_t a_rs, a_cs, a_bs;
+    float* h;   /* output H: column-major, ld m, matrices m*n apart */
+    float* tau; /* output tau: min(m, n) per matrix */
+    int device;
+    void* stream;
+    void* blas; /* cuBLAS handle bound to `stream` (blocked routes only) */
+} qr2_problem;
+
+/* The route for an m x n problem on a device with `smem_optin` bytes of shared memory per block. */
+const qr2_route* qr2_route_pick(int64_t m, int64_t n, int smem_optin);
+/* Whether the route reads the input itself (else the caller first copies A into H). */
+int qr2_route_reads_input(const qr2_route* route);
+/* Floats of device workspace the route needs for the problem (0: none). */
+int64_t qr2_route_workspace_floats(const qr2_route* route, const qr2_problem* p);
+/* Enqueues the route's kernels on p->stream. 0 on success, else qr2_cuda_last_error() says why. */
+int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work);
+
+/* Introspection for Python (tests, README): the table in order, and the pick for a shape. */
+QR2_EXPORT int qr2_route_count(void);
+QR2_EXPORT const char* qr2_route_name(int index);
+QR2_EXPORT const char* qr2_route_description(int index);
+QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int smem_optin);
+
+#endif /* QR2_ROUTES_H */

@@ -1,0 +1,42 @@
+// common.cuh - small helpers shared by the kernel families: error recording, warp reductions.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "qr2_cuda.h"
+
+// Records "qr2.geqrf: <what> failed: <CUDA error name>: <CUDA message>" for qr2_cuda_last_error().
+int qr2_record_cuda_error(cudaError_t err, const char* what);
+// Records a failure that has no CUDA error code (e.g. a cuBLAS status).
+int qr2_record_error(const char* what, const char* detail);
+
+// Returns from the enclosing launcher when a launch (or any prior asynchronous work) failed.
+#define QR2_CHECK_LAUNCH(what)                                        \
+    do {                                                              \
+        cudaError_t qr2_err_ = cudaGetLastError();                    \
+        if (qr2_err_ != cudaSuccess) return qr2_record_cuda_error(qr2_err_, what); \
+    } while (0)
+
+#define QR2_CHECK_CUDA(call, what)                                    \
+    do {                                                              \
+        cudaError_t qr2_err_ = (call);                                \
+        if (qr2_err_ != cudaSuccess) return qr2_record_cuda_error(qr2_err_, what); \
+    } while (0)
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
+// Raises the kernel's dynamic shared memory limit to what `bytes` needs (idempotent, cheap).
+template <typename Kernel>
+static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what) {
+    if (bytes <= 48 * 1024) return 0;
+    QR2_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+                   what);
+    return 0;
+}

@@ -1,0 +1,36 @@
+// device.cu - host helpers shared by every launcher: the error message buffer and per-device limits.
+
+#include "common.cuh"
+
+static thread_local char last_error[512];
+
+extern "C" const char* qr2_cuda_last_error(void) { return last_error; }
+
+int qr2_record_error(const char* what, const char* detail) {
+    snprintf(last_error, sizeof last_error, "qr2.geqrf: %s failed: %s", what, detail);
+    return 1;
+}
+
+int qr2_record_cuda_error(cudaError_t err, const char* what) {
+    char detail[384];
+    snprintf(detail, sizeof detail, "%s: %s", cudaGetErrorName(err), cudaGetErrorString(err));
+    return qr2_record_error(what, detail);
+}
+
+// Device attributes are immutable, so caching them per device is safe; a racing first
+// call only stores the same value twice.
+enum { MAX_DEVICES = 64 };
+static int smem_optin_cache[MAX_DEVICES];
+
+extern "C" int qr2_cuda_smem_optin(int device, int* bytes) {
+    if (device >= 0 && device < MAX_DEVICES && smem_optin_cache[device] > 0) {
+        *bytes = smem_optin_cache[device];
+        return 0;
+    }
+    int value = 0;
+    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+    if (device >= 0 && device < MAX_DEVICES) smem_optin_cache[device] = value;
+    *bytes = value;
+    return 0;
+}

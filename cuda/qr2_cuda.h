@@ -1,0 +1,81 @@
+/*
+ * qr2_cuda.h - the CUDA launchers, as plain C. The only header of cuda/ that c_api/ includes.
+ *
+ * Conventions (LAPACK's): matrices are column-major, element (i, j) of matrix b lives at
+ * ptr[b * batch_stride + j * ld + i]; sizes m (rows), n (columns), w (panel width).
+ * Streams and cuBLAS handles travel as void*. Every launcher returns 0 on success; on failure
+ * it returns non-zero and qr2_cuda_last_error() holds a message that names the failing call and
+ * CUDA's (or cuBLAS's) own error text. Launchers never synchronise and never allocate.
+ */
+#ifndef QR2_CUDA_H
+#define QR2_CUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The message of this thread's last failing launcher ("" when none failed). */
+const char* qr2_cuda_last_error(void);
+
+/* Largest dynamic shared memory (bytes) one block may opt in to on `device`; cached per device. */
+int qr2_cuda_smem_optin(int device, int* bytes);
+
+/*
+ * Householder factorisation of an m x w panel held on chip by one thread block per matrix
+ * (LAPACK sgeqr2 semantics): min(m, w) reflectors; column j's reflector annihilates rows j+1..m-1
+ * and is applied to columns j+1..w-1.
+ * src: the panel as read (any row/column/batch strides); dst: where H is written, column-major.
+ * src may equal dst (in place). When the panel does not fit in shared memory it is factored in
+ * place in dst (global memory): then src must be dst with src_rs == 1 and src_cs == ldd.
+ * v (optional, NULL to skip): the reflectors written out explicitly for compact-WY updates:
+ * column c gets zeros in rows [0, v_row0 + c), 1 at row v_row0 + c, then v (ldv >= v_row0 + m).
+ */
+typedef struct qr2_panel_args {
+    int64_t batch;
+    int m, w;
+    const float* src;
+    int64_t src_rs, src_cs, src_bs;
+    float* dst;
+    int64_t ldd, dst_bs;
+    float* tau;
+    int64_t tau_bs;
+    float* v;
+    int64_t ldv, v_bs;
+    int v_row0;
+} qr2_panel_args;
+
+/* Whether the panel kernel can hold an m x w panel in one block's shared memory. */
+int qr2_panel_fits_on_chip(int64_t m, int64_t w, int smem_optin);
+int qr2_householder_panel(const qr2_panel_args* args, int device, void* stream);
+
+/*
+ * Apply the block reflector Q^T = (H_0 H_1 ... H_{w-1})^T of w explicit reflectors V (mr x w,
+ * unit lower trapezoidal, as written by qr2_householder_panel) to C (mr x nc), in place:
+ *     G = V^T V,  T = larft(G, tau),  W = V^T C,  C -= V (T^T W)
+ * work: qr2_wy_work_floats(w, nc) floats per matrix, work_bs apart. All products in FP32
+ * (cuBLAS, CUBLAS_COMPUTE_32F with the default math mode: no TF32).
+ */
+typedef struct qr2_wy_args {
+    int64_t batch;
+    int mr, w, nc;
+    const float* v;
+    int64_t ldv, v_bs;
+    const float* tau;
+    int64_t tau_bs;
+    float* c;
+    int64_t ldc, c_bs;
+    float* work;
+    int64_t work_bs;
+} qr2_wy_args;
+
+#define QR2_WY_MAX_W 128
+int64_t qr2_wy_work_floats(int w, int nc);
+int qr2_apply_block_reflector(const qr2_wy_args* args, void* blas_handle, int device, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QR2_CUDA_H */

@@ -1,0 +1,105 @@
+"""qr2: batched FP32 QR factorisation (LAPACK geqrf) for PyTorch on NVIDIA GPUs.
+
+Importing this package loads ``libqr2.so`` (pure C and CUDA, registered through torch's stable C
+ABI), after which the operator is available as ``torch.ops.qr2.geqrf``.
+"""
+
+import ctypes
+import os
+
+import torch
+
+__all__ = ["geqrf", "routes", "route_for"]
+
+_LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libqr2.so")
+if not os.path.exists(_LIB_PATH):
+    raise ImportError(f"qr2: {_LIB_PATH} is missing; build it with `pip install -e . --no-build-isolation`")
+
+torch.ops.load_library(_LIB_PATH)
+_lib = ctypes.CDLL(_LIB_PATH)  # the handle load_library opened; used for registration and introspection
+_err = ctypes.create_string_buffer(512)
+if _lib.qr2_register(_err, ctypes.c_size_t(len(_err))) != 0:
+    raise ImportError(_err.value.decode())
+
+_lib.qr2_route_count.restype = ctypes.c_int
+_lib.qr2_route_name.restype = ctypes.c_char_p
+_lib.qr2_route_name.argtypes = [ctypes.c_int]
+_lib.qr2_route_description.restype = ctypes.c_char_p
+_lib.qr2_route_description.argtypes = [ctypes.c_int]
+_lib.qr2_route_index_for.restype = ctypes.c_int
+_lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+
+_LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """QR factorisation in LAPACK's compact Householder form; a drop-in for ``torch.geqrf``.
+
+    Args:
+        A: tensor of shape ``(*, m, n)``: any number of batch dimensions (an empty batch too), any
+            ``m, n >= 0``, any strides. It is never modified.
+
+    Returns:
+        ``(H, tau)``. ``H`` has A's shape and torch.geqrf's strides: column-major inside each
+        matrix, batch-major outside. On and above its diagonal it holds R; below it, the
+        Householder vectors ``v_j`` (``v_j[j] = 1`` implied). ``tau`` has shape ``(*, min(m, n))``
+        and ``Q = H_0 H_1 ... H_{k-1}`` with ``H_j = I - tau_j v_j v_j^T`` (LAPACK sgeqrf; ``tau_j = 0``
+        where a column is already zero below the diagonal). Build Q with
+        ``torch.linalg.householder_product(H, tau)``.
+
+    float32 CUDA input runs qr2's own kernels (no host synchronisation, capturable in a CUDA
+    graph, on the current stream). float64 and complex input, and every CPU input, are delegated
+    to ``aten::geqrf``. Other dtypes raise RuntimeError. The operator is not differentiable:
+    backward raises, as torch.geqrf's does.
+    """
+    return torch.ops.qr2.geqrf(A)
+
+
+def _contiguous_strides(sizes):
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc = acc * torch.sym_max(s, 1)
+    return tuple(reversed(strides))
+
+
+@torch.library.register_fake("qr2::geqrf")
+def _geqrf_fake(A):
+    torch._check(A.dim() >= 2, lambda: f"qr2.geqrf: expected a tensor of shape (*, m, n), got {A.dim()} dimension(s)")
+    torch._check(
+        A.dtype in _LAPACK_DTYPES,
+        lambda: f"qr2.geqrf: expected a float32, float64, complex64 or complex128 tensor, got {A.dtype}",
+    )
+    *batch, m, n = A.shape
+    strides = list(_contiguous_strides((*batch, n, m)))
+    strides[-1], strides[-2] = strides[-2], strides[-1]
+    k = torch.sym_min(m, n)
+    H = A.new_empty_strided(tuple(A.shape), tuple(strides))
+    tau = A.new_empty_strided((*batch, k), _contiguous_strides((*batch, k)))
+    return H, tau
+
+
+def _setup_context(ctx, inputs, output):
+    pass
+
+
+def _backward(ctx, grad_h, grad_tau):
+    raise RuntimeError("qr2.geqrf: the operator is not differentiable (torch.geqrf has no derivative either)")
+
+
+torch.library.register_autograd("qr2::geqrf", _backward, setup_context=_setup_context)
+
+
+def routes():
+    """The CUDA route table, in the order rows are tried: a list of (name, description)."""
+    return [
+        (_lib.qr2_route_name(i).decode(), _lib.qr2_route_description(i).decode())
+        for i in range(_lib.qr2_route_count())
+    ]
+
+
+def route_for(m: int, n: int, smem_optin: int = 232448) -> str:
+    """Name of the route an FP32 CUDA m x n problem takes (smem_optin: the device's opt-in
+    shared memory per block; 232448 bytes on Hopper)."""
+    i = _lib.qr2_route_index_for(m, n, smem_optin)
+    return _lib.qr2_route_name(i).decode() if i >= 0 else None

@@ -1,0 +1,113 @@
+"""The fake (meta) implementation, opcheck, torch.compile and CUDA-graph capture."""
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import qr2_op  # noqa: F401
+from conftest import requires_cuda
+
+OPCHECK_SHAPES = [(6, 6), (3, 8, 5), (2, 3, 4, 7), (0, 4, 4), (1, 1)]
+
+
+@pytest.mark.parametrize("shape", OPCHECK_SHAPES, ids=str)
+def test_opcheck_all_success(device, shape):
+    A = torch.randn(shape, device=device)
+    results = torch.library.opcheck(torch.ops.qr2.geqrf.default, (A,))
+    assert results and all(v == "SUCCESS" for v in results.values()), results
+
+
+def test_opcheck_with_requires_grad_input(device):
+    A = torch.randn(3, 5, 5, device=device, requires_grad=True)
+    results = torch.library.opcheck(torch.ops.qr2.geqrf.default, (A,),
+                                    test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    assert all(v == "SUCCESS" for v in results.values()), results
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 8), (2, 3, 5, 4), (5, 4), (0, 3, 4), (2, 4, 0)], ids=str)
+def test_fake_matches_real_layout(device, shape):
+    A = torch.randn(shape, device=device)
+    H, tau = torch.ops.qr2.geqrf(A)
+    Hm, taum = torch.ops.qr2.geqrf(A.to("meta"))
+    assert (Hm.shape, Hm.stride(), taum.shape, taum.stride()) == (H.shape, H.stride(), tau.shape, tau.stride())
+
+
+def test_fake_rejects_bad_input_like_eager():
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a float32"):
+        torch.ops.qr2.geqrf(torch.ones(3, 3, dtype=torch.int64, device="meta"))
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a tensor of shape"):
+        torch.ops.qr2.geqrf(torch.ones(3, device="meta"))
+
+
+def model(x):
+    """The op between other tensor ops, as it sits inside a model."""
+    H, tau = torch.ops.qr2.geqrf(x * 2.0 + 1.0)
+    R = torch.triu(H)
+    return R.abs().sum(dim=(-1, -2)) + tau.sum(-1), H[..., 0, :] * 3.0
+
+
+def test_compile_fullgraph_matches_eager(device):
+    torch._dynamo.reset()
+    x = torch.randn(4, 12, 12, device=device)
+    compiled = torch.compile(model, fullgraph=True)
+    for got, want in zip(compiled(x), model(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_compile_dynamic_does_not_recompile_per_batch_size(device):
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(model, backend=counter, dynamic=True, fullgraph=True)
+    for batch in (2, 3, 5, 8, 13):
+        x = torch.randn(batch, 10, 10, device=device)
+        for got, want in zip(compiled(x), model(x)):
+            torch.testing.assert_close(got, want)
+    assert counter.frame_count == 1
+
+
+@requires_cuda
+def test_cuda_graph_capture_and_replay():
+    shape = (6, 40, 40)
+    static_a = torch.randn(shape, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside capture (handles, attributes)
+        torch.ops.qr2.geqrf(static_a)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_h, static_tau = torch.ops.qr2.geqrf(static_a)
+    for _ in range(3):
+        fresh = torch.randn(shape, device="cuda")
+        static_a.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        H, tau = torch.ops.qr2.geqrf(fresh)
+        torch.testing.assert_close(static_h, H, rtol=0, atol=0)
+        torch.testing.assert_close(static_tau, tau, rtol=0, atol=0)
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [48, 400], ids=lambda n: f"n{n}")
+def test_cuda_graph_capture_of_compiled_model(n):
+    """torch.compile(mode="reduce-overhead") captures the op in its own CUDA graph."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(3, n, n, device="cuda")
+        for got, want in zip(compiled(x), model(x)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+@requires_cuda
+def test_runs_on_the_current_stream():
+    A = torch.randn(16, 300, 300, device="cuda")
+    expected = torch.ops.qr2.geqrf(A)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # keeps the stream busy: wrong-stream work would race ahead
+        H, tau = torch.ops.qr2.geqrf(A)
+        H2 = H.clone()
+    stream.synchronize()
+    torch.testing.assert_close(H2, expected[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(tau, expected[1], rtol=1e-4, atol=1e-4)

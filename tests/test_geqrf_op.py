@@ -1,0 +1,136 @@
+"""qr2.geqrf is a drop-in for torch.geqrf: sizes, strides, dtypes, errors, input safety, autograd."""
+import pytest
+import torch
+
+import qr2_op
+from conftest import HAS_CUDA, requires_cuda
+from reference import check_implementation
+
+# (shape) -> torch.geqrf's layout is the contract, including degenerate sizes
+SHAPES = [(8, 8), (5, 4), (4, 5), (3, 8, 8), (2, 3, 5, 4), (1, 1), (3, 1, 7), (2, 7, 1), (2, 1, 1, 6, 6),
+          (0, 3, 4), (2, 0, 4), (2, 4, 0), (0, 0), (3, 0, 0), (1, 2, 3, 4, 5)]
+
+
+def torch_reference(A):
+    return torch.geqrf(A.cpu())
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_sizes_and_strides_match_torch(device, shape):
+    A = torch.randn(shape, device=device)
+    H, tau = torch.ops.qr2.geqrf(A)
+    Hr, taur = torch_reference(A)
+    assert H.shape == Hr.shape and H.stride() == Hr.stride()
+    assert tau.shape == taur.shape and tau.stride() == taur.stride()
+    assert H.dtype == tau.dtype == A.dtype
+    assert H.device == tau.device == A.device
+
+
+def test_cpu_results_equal_torch():
+    A = torch.randn(4, 9, 6, dtype=torch.float32)
+    H, tau = torch.ops.qr2.geqrf(A)
+    Hr, taur = torch.geqrf(A)
+    assert torch.equal(H, Hr) and torch.equal(tau, taur)
+
+
+@pytest.mark.parametrize("shape", [(6, 6), (3, 9, 5), (2, 2, 4, 7)], ids=str)
+def test_results_pass_the_checker(device, shape):
+    A = torch.randn(shape, device=device)
+    ok, msg = check_implementation(A, qr2_op.geqrf(A))
+    assert ok, msg
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.complex128], ids=str)
+def test_other_lapack_dtypes_are_delegated_to_aten(device, dtype):
+    A = torch.randn(3, 6, 5, dtype=dtype, device=device)
+    H, tau = torch.ops.qr2.geqrf(A)
+    Hr, taur = torch.geqrf(A)
+    assert H.dtype == dtype and H.stride() == Hr.stride()
+    torch.testing.assert_close(H, Hr)
+    torch.testing.assert_close(tau, taur)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool], ids=str)
+def test_unsupported_dtype_raises(device, dtype):
+    A = torch.ones(4, 4, device=device).to(dtype)
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a float32, float64, complex64 or complex128 "
+                                           rf"tensor, got {str(dtype).split('.')[-1]}"):
+        torch.ops.qr2.geqrf(A)
+
+
+@pytest.mark.parametrize("shape", [(), (5,)], ids=str)
+def test_too_few_dimensions_raise(device, shape):
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a tensor of shape \(\*, m, n\).*got "
+                                           rf"{len(shape)} dimension"):
+        torch.ops.qr2.geqrf(torch.ones(shape, device=device))
+
+
+def test_errors_leave_the_operator_usable(device):
+    for _ in range(50):
+        with pytest.raises(RuntimeError):
+            torch.ops.qr2.geqrf(torch.ones(3, 3, dtype=torch.int32, device=device))
+    A = torch.randn(5, 5, device=device)
+    assert check_implementation(A, torch.ops.qr2.geqrf(A))[0]
+
+
+def noncontiguous_inputs(device):
+    base = torch.randn(4, 12, 10, device=device)
+    yield "transposed", base.transpose(-1, -2)
+    yield "sliced", base[:, 1:9:2, ::3]
+    yield "batch_strided", base[::2]
+    yield "expanded_batch", torch.randn(1, 7, 7, device=device).expand(5, 7, 7)
+    yield "permuted_batch", torch.randn(3, 4, 6, 6, device=device).permute(1, 0, 2, 3)
+    yield "row_major_view", torch.randn(6, 8, device=device).t()
+
+
+def test_noncontiguous_inputs(device):
+    for name, A in noncontiguous_inputs(device):
+        assert not A.is_contiguous() or name == "expanded_batch"
+        H, tau = torch.ops.qr2.geqrf(A)
+        Hr, taur = torch.geqrf(A.cpu())
+        assert H.stride() == Hr.stride(), name
+        ok, msg = check_implementation(A, (H, tau))
+        assert ok, f"{name}: {msg}"
+
+
+def test_input_is_never_modified(device):
+    for name, A in noncontiguous_inputs(device):
+        before = A.clone()
+        torch.ops.qr2.geqrf(A)
+        assert torch.equal(A, before), name
+
+
+def test_outputs_do_not_alias_the_input(device):
+    A = torch.randn(3, 5, 5, device=device).transpose(-1, -2).contiguous().transpose(-1, -2)  # already column-major
+    H, tau = torch.ops.qr2.geqrf(A)
+    assert H.data_ptr() != A.data_ptr()
+
+
+def test_requires_grad_forward_works_backward_raises(device):
+    A = torch.randn(2, 5, 5, device=device, requires_grad=True)
+    H, tau = qr2_op.geqrf(A)
+    assert check_implementation(A.detach(), (H.detach(), tau.detach()))[0]
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: the operator is not differentiable"):
+        (H.sum() + tau.sum()).backward()
+
+
+def test_public_wrapper_is_the_op():
+    assert "compact Householder" in qr2_op.geqrf.__doc__
+    A = torch.randn(4, 4)
+    assert all(torch.equal(x, y) for x, y in zip(qr2_op.geqrf(A), torch.ops.qr2.geqrf(A)))
+    assert "geqrf(Tensor A) -> (Tensor, Tensor)" in str(torch.ops.qr2.geqrf.default._schema)
+
+
+@requires_cuda
+def test_cuda_calls_do_not_leak_device_memory():
+    A = torch.randn(8, 64, 64, device="cuda")
+    torch.ops.qr2.geqrf(A)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(20):
+        out = torch.ops.qr2.geqrf(A)
+        del out
+    with pytest.raises(RuntimeError):
+        torch.ops.qr2.geqrf(A.to(torch.float16))
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
