@@ -1,0 +1,14 @@
+"""Small calls through every route and kernel, for compute-sanitizer (memcheck, racecheck, synccheck)."""
+import torch
+
+import qr2_op  # noqa: F401
+
+CASES = [(4, 32, 32), (2, 176, 176), (2, 40, 120), (2, 300, 300), (1, 200, 1100), (1, 1300, 1200), (1, 70000, 3)]
+
+for batch, m, n in CASES:
+    A = torch.randn(batch, m, n, device="cuda")
+    H, tau = torch.ops.qr2.geqrf(A)
+    torch.cuda.synchronize()
+    Q = torch.linalg.householder_product(H, tau)
+    err = (Q @ torch.triu(H)[..., : min(m, n), :] - A).abs().max().item()
+    print(f"{batch}x{m}x{n} route={qr2_op.route_for(m, n)} max|QR-A|={err:.2e}", flush=True)
