@@ -210,12 +210,12 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     TRY(&c, aoti_torch_get_data_ptr(c.tau, (void**)&p.tau), "aoti_torch_get_data_ptr(tau)");
 
     int64_t a_bs = 0;
-    if (!c.failed && qr2_route_reads_input(route) && batch_stride(&s, &a_bs)) {
+    if (!c.failed && batch_stride(&s, &a_bs)) { /* the route reads A through its strides */
         TRY(&c, aoti_torch_get_data_ptr(c.input, (void**)&p.a), "aoti_torch_get_data_ptr(A)");
         p.a_rs = s.strides[d - 2];
         p.a_cs = s.strides[d - 1];
         p.a_bs = a_bs;
-    } else if (!c.failed) { /* the route works in place on H: start from a copy of A */
+    } else if (!c.failed) { /* batch dimensions that no single stride walks: torch lays A out in H first */
         TRY(&c, aoti_torch_copy_(c.h, c.input, 0), "copying A into H");
         p.a = p.h;
         p.a_rs = 1;

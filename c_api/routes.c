@@ -4,18 +4,21 @@
  */
 #include "routes.h"
 
+#include <string.h>
+
 #include "qr2_cuda.h"
 
 /* The first row that admits a problem runs it. */
 static const qr2_route routes[] = {
-    {"on_chip", QR2_ROUTE_ON_CHIP, 256, 0, 0,
-     "whole matrix in one thread block's shared memory, one launch (n <= 256 and m*n fits on chip)"},
-    {"blocked_nb64", QR2_ROUTE_BLOCKED, 1024, 64, 32,
-     "blocked Householder, 64-wide recursive panels, FP32 compact-WY GEMM updates (n <= 1024)"},
-    {"blocked_nb128", QR2_ROUTE_BLOCKED, 0, 128, 32,
-     "blocked Householder, 128-wide recursive panels, FP32 compact-WY GEMM updates (any shape)"},
+    {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0,
+     "tiny matrices (n <= 8) factored whole in one block's shared memory: one launch"},
+    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 32, 32,
+     "blocked Householder: 32-column panels in registers across a thread-block cluster (V and T "
+     "built on chip), trailing update C -= V (T^T (V^T C)) with FP32 cuBLAS GEMMs; any shape"},
 };
 enum { ROUTE_COUNT = sizeof routes / sizeof routes[0] };
+
+static const qr2_route* forced; /* set only by tests and benchmarks, see qr2_route_force */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -26,16 +29,16 @@ static int admits(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
 }
 
 const qr2_route* qr2_route_pick(int64_t m, int64_t n, int smem_optin) {
+    if (forced && admits(forced, m, n, smem_optin)) return forced;
     int i = qr2_route_index_for(m, n, smem_optin);
     return i < 0 ? 0 : &routes[i];
 }
 
-int qr2_route_reads_input(const qr2_route* route) { return route->kind == QR2_ROUTE_ON_CHIP; }
-
 int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
     if (r->kind != QR2_ROUTE_BLOCKED) return 0;
-    /* per matrix: explicit V of one outer panel (m x nb) + the compact-WY scratch */
-    return p->batch * ((int64_t)p->m * r->nb + qr2_wy_work_floats(r->nb, p->n));
+    /* per matrix: explicit V of one outer panel (m x nb), the leaf's T, the compact-WY scratch */
+    return p->batch * ((int64_t)p->m * r->nb + QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W +
+                       qr2_wy_work_floats(r->nb, p->n));
 }
 
 /* ---- on_chip ---- */
@@ -61,14 +64,16 @@ typedef struct blocked_ctx {
     int k_outer;  /* first column of the current outer panel */
     float* v;     /* explicit reflectors of the outer panel: (m - k_outer) x nb, ld m - k_outer */
     int64_t v_bs;
+    float* t;     /* T of the last register-panel leaf: 32 x 32 per matrix */
     float* wy;    /* compact-WY scratch */
     int64_t wy_bs;
 } blocked_ctx;
 
 static int ldv_of(const blocked_ctx* c) { return c->p->m - c->k_outer; }
 
-/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc). */
-static int apply_reflectors(const blocked_ctx* c, int k0, int jo, int w, int nc) {
+/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc);
+ * t: their T factor when a leaf built it (NULL: built here from V). */
+static int apply_reflectors(const blocked_ctx* c, int k0, int jo, int w, int nc, const float* t) {
     const qr2_problem* p = c->p;
     const int kmin = p->m < p->n ? p->m : p->n;
     const int ldv = ldv_of(c);
@@ -76,6 +81,7 @@ static int apply_reflectors(const blocked_ctx* c, int k0, int jo, int w, int nc)
         .batch = p->batch, .mr = p->m - k0, .w = w, .nc = nc,
         .v = c->v + (int64_t)jo * ldv + jo, .ldv = ldv, .v_bs = c->v_bs,
         .tau = p->tau + k0, .tau_bs = kmin,
+        .t = t, .t_bs = (int64_t)w * w,
         .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
         .work = c->wy, .work_bs = c->wy_bs,
     };
@@ -88,16 +94,29 @@ static int split_width(int w) {
     return half < w ? half : w - 1;
 }
 
-/* Factors columns [k0, k0 + w) of rows [k0, m): one kernel when the panel is narrow enough and fits
- * on chip (or cannot fit even one column), else left half, update of the right half, right half. */
-static int factor_panel(const blocked_ctx* c, int k0, int jo, int w) {
+/* Factors columns [k0, k0 + w) of rows [k0, m). A panel of at most 32 columns whose rows one cluster
+ * holds is one register-panel launch, which also builds T (*t_ready = 1). Otherwise: one shared- or
+ * global-memory panel kernel when narrow enough, else left half, update of the right half, right half. */
+static int factor_panel(const blocked_ctx* c, int k0, int jo, int w, int* t_ready) {
     const qr2_problem* p = c->p;
     const int mr = p->m - k0;
+    const int kmin = p->m < p->n ? p->m : p->n;
+    float* panel = p->h + (int64_t)k0 * p->m + k0;
+    *t_ready = 0;
+    if (w <= QR2_PANEL_WY_MAX_W && qr2_panel_wy_supported(mr, w)) {
+        qr2_panel_wy_args a = {
+            .batch = p->batch, .m = mr, .w = w,
+            .h = panel, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
+            .tau = p->tau + k0, .tau_bs = kmin,
+            .v = c->v + (int64_t)jo * ldv_of(c), .ldv = ldv_of(c), .v_bs = c->v_bs, .v_row0 = jo,
+            .t = c->t, .t_bs = (int64_t)w * w,
+        };
+        *t_ready = 1;
+        return qr2_panel_wy(&a, p->device, p->stream);
+    }
     const int fits = qr2_panel_fits_on_chip(mr, w, c->smem_optin);
     const int never_fits = !qr2_panel_fits_on_chip(mr, 1, c->smem_optin);
     if (w <= c->route->leaf_nb && (fits || never_fits)) {
-        const int kmin = p->m < p->n ? p->m : p->n;
-        float* panel = p->h + (int64_t)k0 * p->m + k0;
         qr2_panel_args a = {
             .batch = p->batch, .m = mr, .w = w,
             .src = panel, .src_rs = 1, .src_cs = p->m, .src_bs = (int64_t)p->m * p->n,
@@ -108,24 +127,30 @@ static int factor_panel(const blocked_ctx* c, int k0, int jo, int w) {
         return qr2_householder_panel(&a, p->device, p->stream);
     }
     const int w1 = split_width(w);
-    if (factor_panel(c, k0, jo, w1)) return 1;
-    if (apply_reflectors(c, k0, jo, w1, w - w1)) return 1;
-    return factor_panel(c, k0 + w1, jo + w1, w - w1);
+    int left_t = 0, right_t = 0;
+    if (factor_panel(c, k0, jo, w1, &left_t)) return 1;
+    if (apply_reflectors(c, k0, jo, w1, w - w1, left_t ? c->t : 0)) return 1;
+    return factor_panel(c, k0 + w1, jo + w1, w - w1, &right_t);
 }
 
 static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
     blocked_ctx c = {.route = r, .p = p};
     if (qr2_cuda_smem_optin(p->device, &c.smem_optin)) return 1;
+    if (p->a != p->h &&
+        qr2_copy_to_column_major(p->a, p->a_rs, p->a_cs, p->a_bs, p->h, p->m, p->n, p->batch, p->stream))
+        return 1;
     c.v = work;
     c.v_bs = (int64_t)p->m * r->nb;
-    c.wy = work + p->batch * c.v_bs;
+    c.t = c.v + p->batch * c.v_bs;
+    c.wy = c.t + p->batch * QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W;
     c.wy_bs = qr2_wy_work_floats(r->nb, p->n);
     const int kmin = p->m < p->n ? p->m : p->n;
     for (int k = 0; k < kmin; k += r->nb) {
         const int w = (int)min64(r->nb, kmin - k);
+        int t_ready = 0;
         c.k_outer = k;
-        if (factor_panel(&c, k, 0, w)) return 1;
-        if (k + w < p->n && apply_reflectors(&c, k, 0, w, p->n - k - w)) return 1;
+        if (factor_panel(&c, k, 0, w, &t_ready)) return 1;
+        if (k + w < p->n && apply_reflectors(&c, k, 0, w, p->n - k - w, t_ready ? c.t : 0)) return 1;
     }
     return 0;
 }
@@ -145,4 +170,12 @@ int qr2_route_index_for(int64_t m, int64_t n, int smem_optin) {
     for (int i = 0; i < ROUTE_COUNT; ++i)
         if (admits(&routes[i], m, n, smem_optin)) return i;
     return -1;
+}
+
+int qr2_route_force(const char* name) {
+    forced = 0;
+    if (!name) return 0;
+    for (int i = 0; i < ROUTE_COUNT; ++i)
+        if (strcmp(routes[i].name, name) == 0) forced = &routes[i];
+    return forced ? 0 : -1;
 }

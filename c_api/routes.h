@@ -27,7 +27,7 @@ typedef struct qr2_route {
 typedef struct qr2_problem {
     int64_t batch;
     int m, n;
-    const float* a; /* input: element (i, j) of matrix b at a[b*a_bs + i*a_rs + j*a_cs] */
+    const float* a; /* input: element (i, j) of matrix b at a[b*a_bs + i*a_rs + j*a_cs]; may be h */
     int64_t a_rs, a_cs, a_bs;
     float* h;   /* output H: column-major, ld m, matrices m*n apart */
     float* tau; /* output tau: min(m, n) per matrix */
@@ -38,8 +38,6 @@ typedef struct qr2_problem {
 
 /* The route for an m x n problem on a device with `smem_optin` bytes of shared memory per block. */
 const qr2_route* qr2_route_pick(int64_t m, int64_t n, int smem_optin);
-/* Whether the route reads the input itself (else the caller first copies A into H). */
-int qr2_route_reads_input(const qr2_route* route);
 /* Floats of device workspace the route needs for the problem (0: none). */
 int64_t qr2_route_workspace_floats(const qr2_route* route, const qr2_problem* p);
 /* Enqueues the route's kernels on p->stream. 0 on success, else qr2_cuda_last_error() says why. */
@@ -50,5 +48,7 @@ QR2_EXPORT int qr2_route_count(void);
 QR2_EXPORT const char* qr2_route_name(int index);
 QR2_EXPORT const char* qr2_route_description(int index);
 QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int smem_optin);
+/* Tests and benchmarks only: run `name` for every shape it admits (NULL: back to the table). */
+QR2_EXPORT int qr2_route_force(const char* name);
 
 #endif /* QR2_ROUTES_H */

@@ -97,20 +97,25 @@ extern "C" int qr2_apply_block_reflector(const qr2_wy_args* a, void* blas_handle
     // torch's handle carries torch's math mode (TF32 when torch allows it); qr2 picks its own.
     if (check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")) return 1;
 
-    if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, w, mr, 1.f, a->v, a->ldv, a->v_bs, a->v, a->ldv, a->v_bs, 0.f, G, w, ws,
-             a->batch, "cublasGemmStridedBatchedEx(G = V^T V)"))
-        return 1;
-
-    const int64_t tbytes = 3 * (int64_t)w * w * (int64_t)sizeof(float);
-    if (qr2_allow_smem(larft_from_gram_kernel, tbytes, "cudaFuncSetAttribute(larft_from_gram)")) return 1;
-    larft_from_gram_kernel<<<(unsigned)a->batch, T_THREADS, (size_t)tbytes, (cudaStream_t)stream>>>(
-        G, ws, a->tau, a->tau_bs, T, ws, w);
-    QR2_CHECK_LAUNCH("larft_from_gram launch");
+    const float* Tuse = a->t;
+    int64_t t_bs = a->t_bs;
+    if (Tuse == nullptr) {
+        if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, w, mr, 1.f, a->v, a->ldv, a->v_bs, a->v, a->ldv, a->v_bs, 0.f, G, w,
+                 ws, a->batch, "cublasGemmStridedBatchedEx(G = V^T V)"))
+            return 1;
+        const int64_t tbytes = 3 * (int64_t)w * w * (int64_t)sizeof(float);
+        if (qr2_allow_smem(larft_from_gram_kernel, tbytes, "cudaFuncSetAttribute(larft_from_gram)")) return 1;
+        larft_from_gram_kernel<<<(unsigned)a->batch, T_THREADS, (size_t)tbytes, (cudaStream_t)stream>>>(
+            G, ws, a->tau, a->tau_bs, T, ws, w);
+        QR2_CHECK_LAUNCH("larft_from_gram launch");
+        Tuse = T;
+        t_bs = ws;
+    }
 
     if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, nc, mr, 1.f, a->v, a->ldv, a->v_bs, a->c, a->ldc, a->c_bs, 0.f, W, w, ws,
              a->batch, "cublasGemmStridedBatchedEx(W = V^T C)"))
         return 1;
-    if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, nc, w, 1.f, T, w, ws, W, w, ws, 0.f, W2, w, ws, a->batch,
+    if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, nc, w, 1.f, Tuse, w, t_bs, W, w, ws, 0.f, W2, w, ws, a->batch,
              "cublasGemmStridedBatchedEx(W = T^T W)"))
         return 1;
     if (gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, mr, nc, w, -1.f, a->v, a->ldv, a->v_bs, W2, w, ws, 1.f, a->c, a->ldc,

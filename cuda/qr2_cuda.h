@@ -51,9 +51,38 @@ int qr2_panel_fits_on_chip(int64_t m, int64_t w, int smem_optin);
 int qr2_householder_panel(const qr2_panel_args* args, int device, void* stream);
 
 /*
+ * Householder factorisation of an m x w panel (w <= QR2_PANEL_WY_MAX_W) held in registers, one
+ * thread-block cluster per matrix (the cluster grows with m and shrinks with the batch), in place in h.
+ * Writes H (R and v), tau, the explicit reflectors V (as qr2_householder_panel does) and the w x w
+ * compact-WY factor T (column-major, ld w): H_0 ... H_{w-1} = I - V T V^T.
+ */
+#define QR2_PANEL_WY_MAX_W 32
+typedef struct qr2_panel_wy_args {
+    int64_t batch;
+    int m, w;
+    float* h;
+    int64_t ldh, h_bs;
+    float* tau;
+    int64_t tau_bs;
+    float* v;
+    int64_t ldv, v_bs;
+    int v_row0;
+    float* t;
+    int64_t t_bs;
+} qr2_panel_wy_args;
+
+int qr2_panel_wy_supported(int64_t m, int64_t w);
+int qr2_panel_wy(const qr2_panel_wy_args* args, int device, void* stream);
+
+/* Copies a batch of m x n matrices (any strides) into column-major dst (ld m, m*n apart). */
+int qr2_copy_to_column_major(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,
+                             int64_t batch, void* stream);
+
+/*
  * Apply the block reflector Q^T = (H_0 H_1 ... H_{w-1})^T of w explicit reflectors V (mr x w,
  * unit lower trapezoidal, as written by qr2_householder_panel) to C (mr x nc), in place:
  *     G = V^T V,  T = larft(G, tau),  W = V^T C,  C -= V (T^T W)
+ * T: when t is not NULL it is taken from there (w x w, ld w, t_bs apart) instead of being built.
  * work: qr2_wy_work_floats(w, nc) floats per matrix, work_bs apart. All products in FP32
  * (cuBLAS, CUBLAS_COMPUTE_32F with the default math mode: no TF32).
  */
@@ -64,6 +93,8 @@ typedef struct qr2_wy_args {
     int64_t ldv, v_bs;
     const float* tau;
     int64_t tau_bs;
+    const float* t;
+    int64_t t_bs;
     float* c;
     int64_t ldc, c_bs;
     float* work;

@@ -28,6 +28,8 @@ _lib.qr2_route_description.restype = ctypes.c_char_p
 _lib.qr2_route_description.argtypes = [ctypes.c_int]
 _lib.qr2_route_index_for.restype = ctypes.c_int
 _lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+_lib.qr2_route_force.restype = ctypes.c_int
+_lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 
 _LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
@@ -103,3 +105,10 @@ def route_for(m: int, n: int, smem_optin: int = 232448) -> str:
     shared memory per block; 232448 bytes on Hopper)."""
     i = _lib.qr2_route_index_for(m, n, smem_optin)
     return _lib.qr2_route_name(i).decode() if i >= 0 else None
+
+
+def _force_route(name):
+    """Tests and benchmarks only: send every FP32 CUDA shape that route `name` admits to it (None: back to
+    the route table). Process-wide; not thread-safe against concurrent calls."""
+    if _lib.qr2_route_force(None if name is None else name.encode()) != 0:
+        raise ValueError(f"qr2: no route named {name!r}")

@@ -32,7 +32,9 @@ def main():
     ap.add_argument("--torch-reps", type=int, default=2)
     ap.add_argument("--shapes", default=None, help="batch:n,batch:n,...")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--route", default=None, help="force this route where it admits the shape")
     args = ap.parse_args()
+    qr2_op._force_route(args.route)
     shapes = SHAPES if not args.shapes else [tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
 
     empty = torch.empty(0, 32, 32, device="cuda")
@@ -56,7 +58,7 @@ def main():
         torch.cuda.synchronize()
         ours = time_calls(torch.ops.qr2.geqrf, inputs, args.reps)
         theirs = float("nan") if args.no_torch else time_calls(torch.geqrf, inputs, args.torch_reps)
-        print(f"{batch:>5}x{n:<6} {qr2_op.route_for(n, n):>14} {ours:12.1f} {theirs:12.1f} {theirs / ours:8.1f}",
+        print(f"{batch:>5}x{n:<6} {(args.route or qr2_op.route_for(n, n)):>14} {ours:12.1f} {theirs:12.1f} {theirs / ours:8.1f}",
               flush=True)
 
 

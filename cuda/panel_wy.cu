@@ -1,0 +1,318 @@
+// panel_wy.cu - Householder factorisation of an m x w panel (w <= 32) held in registers across a
+// thread-block cluster, emitting H, tau, the explicit reflectors V and the compact-WY factor T.
+//
+// Layout: the cluster's C blocks split the panel's rows into C contiguous chunks; thread t of block q
+// holds rows q*mc + t + k*THREADS (k < RPT) of all 32 columns in registers (p[k][c], compile-time
+// indices only: the reflector loop is unrolled). Rows 0..31 therefore live in warp 0 of block 0, lane = row.
+//
+// One cluster-wide reduction per reflector j. Every thread sums over its rows, with x = column j below
+// the diagonal: sigma = sum x^2 (FP64), d_c = x . P[:, c] for c > j, and for T the dots of the previous
+// reflector v_{j-1} with v_l (l < j - 1), which sit in the slots c < j - 1. The 32 slots are reduced
+// across a warp by a butterfly reduce-scatter (31 shuffles; lane l ends with slot l), across warps in
+// shared memory, and across the cluster through distributed shared memory (each block sums the C
+// partials in the same order, so all blocks agree bit for bit). Then, with alpha and row j's entries
+// published by their owner, every block derives slarfg's beta, tau and 1/(alpha - beta) and
+// s_c = tau (P[j][c] + (x . P[:, c]) / (alpha - beta)), and updates its rows: v = x / (alpha - beta),
+// P[:, c] -= s_c v. Block 0 appends column j - 1 of T = larft(V, tau) from the reflector dots.
+//
+// The dots use x unscaled, so the panel is first scaled by a power of two (exact) to a max-abs in
+// [0.5, 1); R is scaled back on the way out, V, tau and T are scale-invariant.
+#include <cooperative_groups.h>
+
+#include "common.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int W = QR2_PANEL_WY_MAX_W;
+constexpr int THREADS = 256;
+constexpr int NWARPS = THREADS / 32;
+constexpr unsigned FULL = 0xffffffffu;
+
+struct Shared {
+    float wred[NWARPS][W];  // per-warp sums of the 32 slots
+    double wss[NWARPS];     // per-warp sums of squares
+    float part[2][W];       // this block's partial slots, read by the cluster (double-buffered by reflector)
+    double part_ss[2];
+    float rowv[2][W];       // block 0: row j of the panel (alpha and the entries to its right)
+    float svec[W];          // s_c of the current reflector
+    float gvec[W];          // reflector dots for T (block 0)
+    double scal;
+    float beta;
+    float cmax;             // this block's max |entry|, for the power-of-two scaling
+    float taus[W];
+    float T[W][W + 1];      // block 0: the T factor being built
+};
+
+// One butterfly round: lanes whose bit `HALF` is set keep the upper half of the slots, the others the
+// lower half, each adding its partner's copy of the half it keeps.
+template <int HALF>
+__device__ __forceinline__ void reduce_scatter_round(float (&d)[W], int lane) {
+    const bool upper = lane & HALF;
+#pragma unroll
+    for (int i = 0; i < HALF; ++i) {
+        const float send = upper ? d[i] : d[i + HALF];
+        const float keep = upper ? d[i + HALF] : d[i];
+        d[i] = keep + __shfl_xor_sync(FULL, send, HALF);
+    }
+}
+
+// Butterfly reduce-scatter (31 shuffles): afterwards lane l holds the warp-wide sum of slot l.
+__device__ __forceinline__ float reduce_scatter(float (&d)[W], int lane) {
+    static_assert(W == 32, "one slot per lane");
+    reduce_scatter_round<16>(d, lane);
+    reduce_scatter_round<8>(d, lane);
+    reduce_scatter_round<4>(d, lane);
+    reduce_scatter_round<2>(d, lane);
+    reduce_scatter_round<1>(d, lane);
+    return d[0];
+}
+
+template <int RPT>
+__global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args a) {
+    __shared__ Shared sh;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = (int)cluster.num_blocks();
+    const int q = (int)cluster.block_rank();
+    const int64_t b = blockIdx.x / C;
+    const int t = threadIdx.x, lane = t & 31, wid = t >> 5;
+    const int m = a.m, w = a.w, kk = min(m, w);
+    const int mc = (m + C - 1) / C;
+    const int row0 = q * mc, row_end = min(m, row0 + mc);
+    float* panel = a.h + b * a.h_bs;
+
+    float p[RPT][W];
+    float amax = 0.f;
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) {
+        const int i = row0 + t + k * THREADS;
+        const bool ok = i < row_end;
+#pragma unroll
+        for (int c = 0; c < W; ++c) {
+            p[k][c] = (ok && c < w) ? panel[(int64_t)c * a.ldh + i] : 0.f;
+            amax = fmaxf(amax, fabsf(p[k][c]));
+        }
+    }
+    for (int r = lane; r < W * (W + 1); r += 32)
+        if (wid == 0) (&sh.T[0][0])[r] = 0.f;
+    // power-of-two scaling: one cluster-wide max (NaN propagates as "no scaling")
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+    if (lane == 0) sh.wred[wid][0] = amax;
+    __syncthreads();
+    if (t == 0) {
+        float mx = 0.f;
+        for (int k = 0; k < NWARPS; ++k) mx = fmaxf(mx, sh.wred[k][0]);
+        sh.cmax = mx;
+    }
+    cluster.sync();
+    float cmax = 0.f;
+    for (int r = 0; r < C; ++r) cmax = fmaxf(cmax, cluster.map_shared_rank(&sh, r)->cmax);
+    int expo = 0;
+    if (cmax > 0.f && isfinite(cmax)) frexpf(cmax, &expo);
+    const float down = ldexpf(1.f, -expo), up = ldexpf(1.f, expo);
+#pragma unroll
+    for (int k = 0; k < RPT; ++k)
+#pragma unroll
+        for (int c = 0; c < W; ++c) p[k][c] *= down;
+
+#pragma unroll
+    for (int j = 0; j <= W; ++j) {
+        if (j > kk) break;  // step kk only completes T
+        const int buf = j & 1;
+
+        // (a) partial sums over this thread's rows
+        float d[W];
+#pragma unroll
+        for (int c = 0; c < W; ++c) d[c] = 0.f;
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < RPT; ++k) {
+            const int i = row0 + t + k * THREADS;
+            const bool ok = i < row_end;
+            if (j < W && j < kk && ok && i > j) {
+                const float x = p[k][j < W ? j : 0];
+                ss += (double)x * x;
+#pragma unroll
+                for (int c = j + 1; c < W; ++c) d[c] += x * p[k][c];
+            }
+            if (j >= 1 && ok && i > j - 1) {
+                const float y = p[k][j - 1];
+#pragma unroll
+                for (int l = 0; l < j - 1; ++l) d[l] += p[k][l] * y;
+            }
+        }
+        if (j >= 1 && q == 0 && t == j - 1) {  // row j-1 holds v_l[j-1] for l < j-1
+#pragma unroll
+            for (int l = 0; l < j - 1; ++l) d[l] += p[0][l];
+        }
+        if (j < W && j < kk && q == 0 && t == j) {  // row j: alpha and R's row, published as they are
+#pragma unroll
+            for (int c = j; c < W; ++c) sh.rowv[buf][c] = p[0][c];
+        }
+
+        // (b) reduce: warp, block, cluster
+        const float dsum = reduce_scatter(d, lane);
+        ss = warp_sum(ss);
+        sh.wred[wid][lane] = dsum;
+        if (lane == 0) sh.wss[wid] = ss;
+        __syncthreads();
+        if (wid == 0) {
+            float s = 0.f;
+#pragma unroll
+            for (int k = 0; k < NWARPS; ++k) s += sh.wred[k][lane];
+            sh.part[buf][lane] = s;
+            if (lane == 0) {
+                double s2 = 0.0;
+#pragma unroll
+                for (int k = 0; k < NWARPS; ++k) s2 += sh.wss[k];
+                sh.part_ss[buf] = s2;
+            }
+        }
+        cluster.sync();
+
+        // (c) the reflector's scalars (warp 0 of every block, identically) and T's column j-1 (block 0)
+        if (wid == 0) {
+            float tot = 0.f;
+            double sigma = 0.0;
+            for (int r = 0; r < C; ++r) {
+                const Shared* rs = cluster.map_shared_rank(&sh, r);
+                tot += rs->part[buf][lane];
+                sigma += rs->part_ss[buf];
+            }
+            if (j < W && j < kk) {
+                const Shared* s0 = cluster.map_shared_rank(&sh, 0);
+                const double alpha = s0->rowv[buf][j < W ? j : 0];
+                double beta = alpha, tau = 0.0, scal = 0.0;
+                if (sigma > 0.0) {  // false for 0 and NaN: the column is left as it is
+                    beta = -copysign(sqrt(alpha * alpha + sigma), alpha);
+                    tau = (beta - alpha) / beta;
+                    scal = 1.0 / (alpha - beta);
+                }
+                const double rowc = lane > j ? s0->rowv[buf][lane] : 0.0;
+                sh.svec[lane] = lane > j ? (float)(tau * (rowc + scal * (double)tot)) : 0.f;
+                if (lane == 0) {
+                    sh.scal = scal;
+                    sh.beta = (float)beta;
+                    sh.taus[j < W ? j : 0] = (float)tau;
+                    if (q == 0) a.tau[b * a.tau_bs + j] = (float)tau;
+                }
+            }
+            if (q == 0 && j >= 1) {
+                sh.gvec[lane] = tot;
+                __syncwarp();
+                if (lane < j - 1) {
+                    float acc = 0.f;
+                    for (int k = lane; k < j - 1; ++k) acc += sh.T[lane][k] * sh.gvec[k];
+                    sh.T[lane][j - 1] = -sh.taus[j - 1] * acc;
+                }
+                if (lane == j - 1) sh.T[j - 1][j - 1] = sh.taus[j - 1];
+            }
+        }
+        __syncthreads();
+
+        // (d) apply the reflector to this thread's rows
+        if (j < W && j < kk) {
+            const double scal = sh.scal;
+            float s[W];
+#pragma unroll
+            for (int c = 0; c < W; ++c) s[c] = c > j ? sh.svec[c] : 0.f;
+#pragma unroll
+            for (int k = 0; k < RPT; ++k) {
+                const int i = row0 + t + k * THREADS;
+                if (i < row_end && i > j) {
+                    const float v = (float)((double)p[k][j < W ? j : 0] * scal);
+                    p[k][j < W ? j : 0] = v;
+#pragma unroll
+                    for (int c = j + 1; c < W; ++c) p[k][c] -= s[c] * v;
+                }
+            }
+            if (q == 0 && t == j) {
+#pragma unroll
+                for (int c = j + 1; c < W; ++c) p[0][c] -= s[c];
+                p[0][j < W ? j : 0] = sh.beta;
+            }
+        }
+    }
+
+    // write H (R scaled back), V explicit, and (block 0) T
+    float* v = a.v + b * a.v_bs;
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) {
+        const int i = row0 + t + k * THREADS;
+        if (i < row_end) {
+#pragma unroll
+            for (int c = 0; c < W; ++c) {
+                if (c < w) {
+                    panel[(int64_t)c * a.ldh + i] = i <= c ? p[k][c] * up : p[k][c];
+                    v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : p[k][c]);
+                }
+            }
+        }
+    }
+    if (q == 0) {
+        for (int r = t; r < a.v_row0 * w; r += THREADS) v[(int64_t)(r / a.v_row0) * a.ldv + r % a.v_row0] = 0.f;
+        float* T = a.t + b * a.t_bs;
+        for (int r = t; r < w * w; r += THREADS) T[r] = sh.T[r % w][r / w];
+    }
+    cluster.sync();  // no block may leave while another can still read its shared memory
+}
+
+template <int RPT>
+int launch(const qr2_panel_wy_args* a, int cluster, void* stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(a->batch * cluster));
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, panel_wy_kernel<RPT>, *a), "panel_wy launch");
+    QR2_CHECK_LAUNCH("panel_wy launch");
+    return 0;
+}
+
+constexpr int MAX_CLUSTER = 8;
+constexpr int MAX_RPT = 4;
+constexpr int TARGET_BLOCKS = 132;  // enough blocks to cover an H200's SMs
+
+// The cluster size and rows per thread for an m-row panel of a batch: the smallest cluster whose
+// blocks hold the rows, grown while the batch alone leaves SMs idle (chunks stay >= 64 rows).
+void plan(int64_t m, int64_t batch, int* cluster, int* rpt) {
+    int c = 1;
+    while (c < MAX_CLUSTER && ((m + c - 1) / c > (int64_t)THREADS * MAX_RPT ||
+                               (batch * c < TARGET_BLOCKS && (m + 2 * c - 1) / (2 * c) >= 64)))
+        c *= 2;
+    const int64_t mc = (m + c - 1) / c;
+    int r = 1;
+    while (r < MAX_RPT && mc > (int64_t)THREADS * r) r *= 2;
+    *cluster = c;
+    *rpt = mc <= (int64_t)THREADS * r ? r : 0;
+}
+
+}  // namespace
+
+extern "C" int qr2_panel_wy_supported(int64_t m, int64_t w) {
+    int c, r;
+    plan(m, 1, &c, &r);
+    return w >= 1 && w <= W && r > 0;
+}
+
+extern "C" int qr2_panel_wy(const qr2_panel_wy_args* a, int device, void* stream) {
+    (void)device;
+    if (a->batch <= 0 || a->m <= 0 || a->w <= 0) return 0;
+    int cluster, rpt;
+    plan(a->m, a->batch, &cluster, &rpt);
+    if (a->w > W || rpt == 0) return qr2_record_error("panel_wy", "panel too wide or too tall for one cluster");
+    switch (rpt) {
+        case 1: return launch<1>(a, cluster, stream);
+        case 2: return launch<2>(a, cluster, stream);
+        default: return launch<4>(a, cluster, stream);
+    }
+}

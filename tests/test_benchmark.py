@@ -1,0 +1,234 @@
+"""Tests of benchmark.py: the harness end to end on the CPU with tiny cases, and its helpers."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import benchmark  # noqa: E402
+import reference  # noqa: E402
+
+TINY = ["--cpu", "--max-repeats", "3", "--case", "2,16,1,dense,1", "--case", "3,12,0,rankdef,5"]
+
+
+def run_main(capsys, *args):
+    code = benchmark.main(list(args))
+    return code, capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end, in process
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl", ["qr2", "torch"])
+def test_benchmark_mode_single_impl(capsys, impl):
+    code, out = run_main(capsys, *TINY, "--impl", impl)
+    assert code == 0, out
+    assert "CPU timings" in out
+    assert f"geomean {impl}:" in out
+    assert "2x16 dense c1" in out and "3x12 rankdef c0" in out
+    assert "FAIL" not in out and "result: pass" in out
+
+
+def test_compare_writes_json(capsys, tmp_path):
+    path = tmp_path / "out.json"
+    code, out = run_main(capsys, *TINY, "--compare", "--json-out", str(path))
+    assert code == 0, out
+    assert "geomean qr2:" in out and "geomean torch:" in out and "geomean speedup (torch / qr2):" in out
+    header = next(line for line in out.splitlines() if "verdict" in line)
+    assert header.split()[:3] == ["#", "case", "impl"] and header.split()[-1] == "speedup"
+
+    report = json.loads(path.read_text())
+    env = report["environment"]
+    for key in ("hostname", "gpu", "torch", "cuda", "commit", "date", "mode", "argv"):
+        assert key in env
+    assert env["gpu"] == "cpu" and env["mode"] == "benchmark" and "--compare" in env["argv"]
+    assert report["impls"] == ["qr2", "torch"]
+    assert report["settings"]["max_repeats"] == {"qr2": 3, "torch": 3}
+    assert report["settings"]["mode_rules"]["budget_ns"] == 10e9
+    assert len(report["cases"]) == 2
+    first = report["cases"][0]
+    assert (first["batch"], first["n"], first["cond"], first["seed"], first["case"]) == (2, 16, 1, 1, "dense")
+    assert first["inputs"] == reference.benchmark_count(2, 16)
+    for case in report["cases"]:
+        assert case["speedup"] > 0
+        for impl in ("qr2", "torch"):
+            result = case["results"][impl]
+            assert result["status"] == "pass"
+            assert result["runs"] == 3
+            for key in ("mean_ns", "std_ns", "err_ns", "best_ns", "worst_ns"):
+                assert result[key] >= 0
+            assert result["best_ns"] <= result["mean_ns"] <= result["worst_ns"]
+            assert "scaled_factor_residual" in result["residuals"]
+            assert "scaled_orthogonality_residual" in result["residuals"]
+            # untimed pass + 3 rechecked iterations, one check per input
+            assert result["checks"] == 4 * case["inputs"]
+    summary = report["summary"]
+    assert summary["passed"] is True
+    assert summary["impls"]["qr2"]["geomean_ns"] > 0 and summary["geomean_speedup"] > 0
+
+
+def test_test_mode_with_custom_cases(capsys):
+    code, out = run_main(capsys, "--cpu", "--mode", "test", "--case", "3,16,2,mixed,4", "--case", "2,8,0,upper,1")
+    assert code == 0, out
+    assert "qr2: 2/2 passed" in out
+    assert "mean" not in out  # test mode times nothing
+
+
+def test_leaderboard_mode_and_secret_seed(capsys, tmp_path):
+    path = tmp_path / "lb.json"
+    code, out = run_main(capsys, "--cpu", "--mode", "leaderboard", "--max-repeats", "3", "--secret-seed", "7",
+                         "--case", "2,8,1,band,1029", "--json-out", str(path))
+    assert code == 0, out
+    report = json.loads(path.read_text())
+    assert report["cases"][0]["seed"] == reference.combine_seed(1029, 7)
+    assert "warm-up" in out
+
+
+def test_torch_max_repeats(capsys, tmp_path):
+    path = tmp_path / "r.json"
+    code, out = run_main(capsys, "--cpu", "--max-repeats", "4", "--torch-max-repeats", "3", "--compare",
+                         "--case", "2,8,1,dense,1", "--json-out", str(path))
+    assert code == 0, out
+    results = json.loads(path.read_text())["cases"][0]["results"]
+    assert results["qr2"]["runs"] == 4 and results["torch"]["runs"] == 3
+
+
+def test_broken_impl_fails_in_process(capsys, tmp_path):
+    path = tmp_path / "b.json"
+    code, out = run_main(capsys, *TINY, "--impl", "broken-for-tests", "--json-out", str(path))
+    assert code != 0
+    assert "FAIL" in out and "R - Q.T @ A is too large" in out and "result: FAIL" in out
+    report = json.loads(path.read_text())
+    assert report["summary"]["passed"] is False
+    assert report["cases"][0]["results"]["broken-for-tests"]["status"] == "fail"
+    assert "mean_ns" not in report["cases"][0]["results"]["broken-for-tests"]  # no timing claim
+
+
+def test_leaderboard_stops_at_first_failure(capsys):
+    code, out = run_main(capsys, "--cpu", "--mode", "leaderboard", "--max-repeats", "3", "--impl", "broken-for-tests",
+                         "--case", "2,8,1,dense,1", "--case", "2,8,1,dense,2")
+    assert code != 0
+    assert "skipped" in out
+
+
+def test_bad_arguments_exit_2(capsys):
+    for bad in (["--case", "1,2,3"], ["--case", "2,8,1,nosuch,1"], ["--impl", "nosuch"],
+                ["--impl", "torch", "--compare"], ["--max-repeats", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            benchmark.main(["--cpu", *bad])
+        assert exc.value.code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end, as a program
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_exit_status_for_broken_impl():
+    done = subprocess.run(
+        [sys.executable, "benchmark.py", "--cpu", "--max-repeats", "2", "--case", "2,8,1,dense,1",
+         "--impl", "broken-for-tests"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL" in done.stdout
+
+
+def test_help_hides_the_test_only_impl():
+    done = subprocess.run([sys.executable, "benchmark.py", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0
+    assert "--compare" in done.stdout and "--torch-max-repeats" in done.stdout
+    assert "broken" not in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_calculate_stats_known_values():
+    s = benchmark.calculate_stats([1.0, 2.0, 3.0, 4.0])
+    assert s.runs == 4 and s.mean == 2.5 and s.best == 1.0 and s.worst == 4.0
+    assert s.std == pytest.approx(math.sqrt(5.0 / 3.0))  # sample std: sum of squares 5 over n - 1
+    assert s.err == pytest.approx(math.sqrt(5.0 / 3.0) / 2.0)
+    one = benchmark.calculate_stats([7.0])
+    assert (one.runs, one.mean, one.std, one.err) == (1, 7.0, 0.0, 0.0)
+
+
+def test_stop_rule():
+    steady = [100.0] * 3  # zero error
+    assert not benchmark.should_stop(1, 1e9, steady, 1e12)  # too few iterations
+    assert not benchmark.should_stop(2, 0.05e9, steady, 1e12)  # too little wall time
+    assert benchmark.should_stop(2, 0.2e9, steady, 1e12)  # precise enough
+    noisy = [100.0, 200.0, 300.0]  # err / mean = 0.19
+    assert not benchmark.should_stop(2, 0.2e9, noisy, 1e12)
+    assert benchmark.should_stop(2, 0.2e9, noisy, 500.0)  # mean * runs = 600 > budget
+    assert not benchmark.should_stop(2, 0.2e9, noisy, 600.0)  # not strictly over
+    assert benchmark.should_stop(2, 121e9, noisy, 1e12)  # wall-time limit
+
+
+def test_geometric_mean_and_format_time():
+    assert benchmark.geometric_mean([1.0, 100.0]) == pytest.approx(10.0)
+    assert benchmark.geometric_mean([]) is None
+    assert benchmark.format_time(512) == "512 ns"
+    assert benchmark.format_time(12_900) == "12.90 µs"
+    assert benchmark.format_time(2_621_300) == "2.621 ms"
+    assert benchmark.format_time(1.5e9) == "1.500 s"
+    assert benchmark.format_time(None) == "-"
+
+
+def test_parse_case_and_defaults():
+    case = benchmark.parse_case("640,512,2,Mixed,770001")
+    assert case == benchmark.Case(640, 512, 2, 770001, "mixed")
+    assert case.spec == "batch: 640; n: 512; cond: 2; seed: 770001; case: mixed"
+    assert len(benchmark.default_cases("test")) == 22
+    assert len(benchmark.default_cases("benchmark")) == 12
+    assert benchmark.default_cases("leaderboard") == benchmark.default_cases("benchmark")
+    remapped = benchmark.apply_secret_seed([case], 7)[0]
+    assert remapped.seed == reference.combine_seed(770001, 7) and remapped.batch == 640
+
+
+def test_mode_rules_match_qr2():
+    b, lb = benchmark.MODE_RULES["benchmark"], benchmark.MODE_RULES["leaderboard"]
+    assert (b.warmup_all_cases, b.warmup_repeats, b.warmup_budget_ns, b.repeats, b.budget_ns) == (False, 200, 1e8, 200, 1e10)
+    assert (lb.warmup_all_cases, lb.warmup_repeats, lb.warmup_budget_ns, lb.repeats, lb.budget_ns) == (True, 1000, 5e8, 1000, 3e10)
+    assert lb.stop_at_first_failure and not b.stop_at_first_failure
+
+
+def test_make_inputs_uses_shifted_seeds():
+    case = benchmark.Case(2, 8, 1, 100, "dense")
+    inputs = benchmark.make_inputs(case, "cpu")
+    assert len(inputs) == reference.benchmark_count(2, 8) == 50
+    assert torch.equal(inputs[0], reference.generate_input(2, 8, 1, 142, "dense", device="cpu"))
+    assert torch.equal(inputs[1], reference.generate_input(2, 8, 1, 184, "dense", device="cpu"))
+
+
+def test_run_benchmark_case_detects_in_place_mutation():
+    # The timed loop reuses the original inputs, so an implementation that overwrites A fails the recheck.
+    def mutating(A):
+        H, tau = torch.geqrf(A)
+        A.mul_(2.0)
+        return H, tau
+
+    result = benchmark.run_benchmark_case("mutating", mutating, benchmark.Case(2, 8, 1, 3), "cpu",
+                                          recheck=True, max_repeats=3, budget_ns=1e9)
+    assert result.status == "fail" and result.stats is None
+
+
+def test_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "p.png"
+    code, out = run_main(capsys, "--cpu", "--max-repeats", "2", "--compare", "--case", "2,8,1,dense,1",
+                         "--plot", str(path))
+    assert code == 0, out
+    assert path.stat().st_size > 0
