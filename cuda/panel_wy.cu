@@ -2,12 +2,16 @@
 // thread-block cluster, emitting H, tau, the explicit reflectors V and the compact-WY factor T.
 //
 // Layout: the cluster's C blocks split the panel's rows into C contiguous chunks; thread t of block q
-// holds rows q*mc + t + k*THREADS (k < RPT) of all 32 columns in registers (p[k][c], compile-time
-// indices only: the reflector loop is unrolled). Rows 0..31 therefore live in warp 0 of block 0, lane = row.
+// holds rows q*mc + t + k*THREADS (k < RPT) of all 32 columns in registers. Registers can only be
+// indexed at compile time and the reflector loop must stay a compact runtime loop (a fully unrolled
+// one is ~100 KB of code that runs once per block: instruction fetch then dominates), so the columns
+// rotate: before reflector j the active column sits in slot 0, the columns right of it in slots
+// 1..31-j, and the finished reflectors v_0..v_{j-1} in slots 32-j..31 (v_{j-1} last). Rows 0..31 live
+// in warp 0 of block 0, lane = row.
 //
-// One cluster-wide reduction per reflector j. Every thread sums over its rows, with x = column j below
-// the diagonal: sigma = sum x^2 (FP64), d_c = x . P[:, c] for c > j, and for T the dots of the previous
-// reflector v_{j-1} with v_l (l < j - 1), which sit in the slots c < j - 1. The 32 slots are reduced
+// One cluster-wide reduction per reflector j, over 32 slots that mirror the register slots: with x the
+// active column below the diagonal, slots 1..31-j get x . P[:, c] of the columns to its right and slots
+// 32-j..30 get v_l . v_{j-1} (for T); sigma = sum x^2 travels separately in FP64. The slots are reduced
 // across a warp by a butterfly reduce-scatter (31 shuffles; lane l ends with slot l), across warps in
 // shared memory, and across the cluster through distributed shared memory (each block sums the C
 // partials in the same order, so all blocks agree bit for bit). Then, with alpha and row j's entries
@@ -117,10 +121,10 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
 #pragma unroll
         for (int c = 0; c < W; ++c) p[k][c] *= down;
 
-#pragma unroll
-    for (int j = 0; j <= W; ++j) {
-        if (j > kk) break;  // step kk only completes T
+    for (int j = 0; j <= kk; ++j) {  // step kk only completes T
         const int buf = j & 1;
+        const bool active = j < kk;
+        const int nrem = W - 1 - j;  // columns right of the active one: slots 1..nrem
 
         // (a) partial sums over this thread's rows
         float d[W];
@@ -131,25 +135,21 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
         for (int k = 0; k < RPT; ++k) {
             const int i = row0 + t + k * THREADS;
             const bool ok = i < row_end;
-            if (j < W && j < kk && ok && i > j) {
-                const float x = p[k][j < W ? j : 0];
-                ss += (double)x * x;
+            const float x = (active && ok && i > j) ? p[k][0] : 0.f;      // x = column j below the diagonal
+            const float y = (j >= 1 && ok && i >= j) ? p[k][W - 1] : 0.f;  // v_{j-1}, rows where v_l are below
+            ss += (double)x * x;
 #pragma unroll
-                for (int c = j + 1; c < W; ++c) d[c] += x * p[k][c];
-            }
-            if (j >= 1 && ok && i > j - 1) {
-                const float y = p[k][j - 1];
-#pragma unroll
-                for (int l = 0; l < j - 1; ++l) d[l] += p[k][l] * y;
-            }
+            for (int c = 1; c < W; ++c) d[c] += (c <= nrem ? x : (c < W - 1 ? y : 0.f)) * p[k][c];
         }
-        if (j >= 1 && q == 0 && t == j - 1) {  // row j-1 holds v_l[j-1] for l < j-1
+        if (j >= 1 && q == 0 && t == j - 1) {  // row j-1 holds v_l[j-1] (v_{j-1}[j-1] = 1)
 #pragma unroll
-            for (int l = 0; l < j - 1; ++l) d[l] += p[0][l];
+            for (int c = 1; c < W - 1; ++c)
+                if (c > nrem) d[c] += p[0][c];
         }
-        if (j < W && j < kk && q == 0 && t == j) {  // row j: alpha and R's row, published as they are
+        if (active && q == 0 && t == j) {  // row j: alpha and R's row, published as they are
 #pragma unroll
-            for (int c = j; c < W; ++c) sh.rowv[buf][c] = p[0][c];
+            for (int c = 0; c < W; ++c)
+                if (c <= nrem) sh.rowv[buf][c] = p[0][c];
         }
 
         // (b) reduce: warp, block, cluster
@@ -181,26 +181,28 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
                 tot += rs->part[buf][lane];
                 sigma += rs->part_ss[buf];
             }
-            if (j < W && j < kk) {
+            if (active) {
                 const Shared* s0 = cluster.map_shared_rank(&sh, 0);
-                const double alpha = s0->rowv[buf][j < W ? j : 0];
+                const double alpha = s0->rowv[buf][0];
                 double beta = alpha, tau = 0.0, scal = 0.0;
                 if (sigma > 0.0) {  // false for 0 and NaN: the column is left as it is
                     beta = -copysign(sqrt(alpha * alpha + sigma), alpha);
                     tau = (beta - alpha) / beta;
                     scal = 1.0 / (alpha - beta);
                 }
-                const double rowc = lane > j ? s0->rowv[buf][lane] : 0.0;
-                sh.svec[lane] = lane > j ? (float)(tau * (rowc + scal * (double)tot)) : 0.f;
+                const bool right = lane >= 1 && lane <= nrem;
+                const double rowc = right ? s0->rowv[buf][lane] : 0.0;
+                sh.svec[lane] = right ? (float)(tau * (rowc + scal * (double)tot)) : 0.f;
                 if (lane == 0) {
                     sh.scal = scal;
                     sh.beta = (float)beta;
-                    sh.taus[j < W ? j : 0] = (float)tau;
+                    sh.taus[j] = (float)tau;
                     if (q == 0) a.tau[b * a.tau_bs + j] = (float)tau;
                 }
             }
             if (q == 0 && j >= 1) {
-                sh.gvec[lane] = tot;
+                const int l = lane - (W - j);  // slot of v_l . v_{j-1}
+                if (l >= 0 && l < j - 1) sh.gvec[l] = tot;
                 __syncwarp();
                 if (lane < j - 1) {
                     float acc = 0.f;
@@ -212,41 +214,52 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
         }
         __syncthreads();
 
-        // (d) apply the reflector to this thread's rows
-        if (j < W && j < kk) {
+        // (d) apply the reflector to this thread's rows, then rotate the slots
+        if (active) {
             const double scal = sh.scal;
             float s[W];
 #pragma unroll
-            for (int c = 0; c < W; ++c) s[c] = c > j ? sh.svec[c] : 0.f;
+            for (int c = 1; c < W; ++c) s[c] = sh.svec[c];
 #pragma unroll
             for (int k = 0; k < RPT; ++k) {
                 const int i = row0 + t + k * THREADS;
                 if (i < row_end && i > j) {
-                    const float v = (float)((double)p[k][j < W ? j : 0] * scal);
-                    p[k][j < W ? j : 0] = v;
+                    const float v = (float)((double)p[k][0] * scal);
+                    p[k][0] = v;
 #pragma unroll
-                    for (int c = j + 1; c < W; ++c) p[k][c] -= s[c] * v;
+                    for (int c = 1; c < W; ++c)
+                        if (c <= nrem) p[k][c] -= s[c] * v;
                 }
             }
             if (q == 0 && t == j) {
 #pragma unroll
-                for (int c = j + 1; c < W; ++c) p[0][c] -= s[c];
-                p[0][j < W ? j : 0] = sh.beta;
+                for (int c = 1; c < W; ++c)
+                    if (c <= nrem) p[0][c] -= s[c];
+                p[0][0] = sh.beta;
+            }
+#pragma unroll
+            for (int k = 0; k < RPT; ++k) {
+                const float done = p[k][0];
+#pragma unroll
+                for (int c = 0; c < W - 1; ++c) p[k][c] = p[k][c + 1];
+                p[k][W - 1] = done;
             }
         }
     }
 
-    // write H (R scaled back), V explicit, and (block 0) T
+    // write H (R scaled back), V explicit, and (block 0) T. Column c sits in slot W - kk + c when it
+    // holds a reflector (c < kk), else in slot c - kk.
     float* v = a.v + b * a.v_bs;
 #pragma unroll
     for (int k = 0; k < RPT; ++k) {
         const int i = row0 + t + k * THREADS;
         if (i < row_end) {
 #pragma unroll
-            for (int c = 0; c < W; ++c) {
+            for (int slot = 0; slot < W; ++slot) {
+                const int c = slot >= W - kk ? slot - (W - kk) : slot + kk;
                 if (c < w) {
-                    panel[(int64_t)c * a.ldh + i] = i <= c ? p[k][c] * up : p[k][c];
-                    v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : p[k][c]);
+                    panel[(int64_t)c * a.ldh + i] = i <= c ? p[k][slot] * up : p[k][slot];
+                    v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : p[k][slot]);
                 }
             }
         }
