@@ -15,9 +15,11 @@
 // across a warp by a butterfly reduce-scatter (31 shuffles; lane l ends with slot l), across warps in
 // shared memory, and across the cluster through distributed shared memory (each block sums the C
 // partials in the same order, so all blocks agree bit for bit). Then, with alpha and row j's entries
-// published by their owner, every block derives slarfg's beta, tau and 1/(alpha - beta) and
-// s_c = tau (P[j][c] + (x . P[:, c]) / (alpha - beta)), and updates its rows: v = x / (alpha - beta),
-// P[:, c] -= s_c v. Block 0 appends column j - 1 of T = larft(V, tau) from the reflector dots.
+// published by their owner, every warp derives slarfg's beta, tau and 1/(alpha - beta) and
+// s_c = tau (P[j][c] + (x . P[:, c]) / (alpha - beta)) itself, and updates its rows: v = x / (alpha - beta),
+// P[:, c] -= s_c v. Partials are double-buffered by reflector parity, so a step costs one block barrier
+// (plus one cluster barrier when C > 1). Block 0 keeps the reflector dots and builds
+// T = larft(V, tau) after the last reflector by recursive doubling: T12 = -T11 G12 T22.
 //
 // The dots use x unscaled, so the panel is first scaled by a power of two (exact) to a max-abs in
 // [0.5, 1); R is scaled back on the way out, V, tau and T are scale-invariant.
@@ -35,18 +37,16 @@ constexpr int NWARPS = THREADS / 32;
 constexpr unsigned FULL = 0xffffffffu;
 
 struct Shared {
-    float wred[NWARPS][W];  // per-warp sums of the 32 slots
-    double wss[NWARPS];     // per-warp sums of squares
-    float part[2][W];       // this block's partial slots, read by the cluster (double-buffered by reflector)
+    float wred[2][NWARPS][W];  // per-warp slot sums (double-buffered by reflector parity)
+    double wss[2][NWARPS];     // per-warp sums of squares
+    float part[2][W];          // clusters: this block's slot sums, read by every block
     double part_ss[2];
-    float rowv[2][W];       // block 0: row j of the panel (alpha and the entries to its right)
-    float svec[W];          // s_c of the current reflector
-    float gvec[W];          // reflector dots for T (block 0)
-    double scal;
-    float beta;
-    float cmax;             // this block's max |entry|, for the power-of-two scaling
+    float rowv[2][W];          // block 0: row j of the panel (alpha and the entries to its right)
+    float G[W][W + 1];         // block 0: reflector dots G[l][j] = v_l . v_j (l < j)
+    float T[W][W + 1];         // block 0: T = larft(V, tau)
+    float X[W][W + 1];         // block 0: scratch of the T doubling
     float taus[W];
-    float T[W][W + 1];      // block 0: the T factor being built
+    float cmax;
 };
 
 // One butterfly round: lanes whose bit `HALF` is set keep the upper half of the slots, the others the
@@ -98,16 +98,15 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             amax = fmaxf(amax, fabsf(p[k][c]));
         }
     }
-    for (int r = lane; r < W * (W + 1); r += 32)
-        if (wid == 0) (&sh.T[0][0])[r] = 0.f;
+    for (int r = t; r < W * (W + 1); r += THREADS) (&sh.G[0][0])[r] = 0.f;
     // power-of-two scaling: one cluster-wide max (NaN propagates as "no scaling")
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
-    if (lane == 0) sh.wred[wid][0] = amax;
+    if (lane == 0) sh.wred[0][wid][0] = amax;
     __syncthreads();
     if (t == 0) {
         float mx = 0.f;
-        for (int k = 0; k < NWARPS; ++k) mx = fmaxf(mx, sh.wred[k][0]);
+        for (int k = 0; k < NWARPS; ++k) mx = fmaxf(mx, sh.wred[0][k][0]);
         sh.cmax = mx;
     }
     cluster.sync();
@@ -120,11 +119,13 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
     for (int k = 0; k < RPT; ++k)
 #pragma unroll
         for (int c = 0; c < W; ++c) p[k][c] *= down;
+    cluster.sync();  // every block has read every cmax before wred is reused
 
-    for (int j = 0; j <= kk; ++j) {  // step kk only completes T
+    for (int j = 0; j <= kk; ++j) {  // step kk only completes the reflector dots
         const int buf = j & 1;
         const bool active = j < kk;
         const int nrem = W - 1 - j;  // columns right of the active one: slots 1..nrem
+        const int first_v = W - j;   // v_l sits in slot first_v + l; v_{j-1} in slot W - 1
 
         // (a) partial sums over this thread's rows
         float d[W];
@@ -139,12 +140,13 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             const float y = (j >= 1 && ok && i >= j) ? p[k][W - 1] : 0.f;  // v_{j-1}, rows where v_l are below
             ss += (double)x * x;
 #pragma unroll
-            for (int c = 1; c < W; ++c) d[c] += (c <= nrem ? x : (c < W - 1 ? y : 0.f)) * p[k][c];
+            for (int c = 0; c < W - 1; ++c)
+                d[c] += (c >= 1 && c <= nrem ? x : (c >= first_v ? y : 0.f)) * p[k][c];
         }
         if (j >= 1 && q == 0 && t == j - 1) {  // row j-1 holds v_l[j-1] (v_{j-1}[j-1] = 1)
 #pragma unroll
-            for (int c = 1; c < W - 1; ++c)
-                if (c > nrem) d[c] += p[0][c];
+            for (int c = 0; c < W - 1; ++c)
+                if (c >= first_v) d[c] += p[0][c];
         }
         if (active && q == 0 && t == j) {  // row j: alpha and R's row, published as they are
 #pragma unroll
@@ -152,74 +154,65 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
                 if (c <= nrem) sh.rowv[buf][c] = p[0][c];
         }
 
-        // (b) reduce: warp, block, cluster
+        // (b) reduce: warp (butterfly), block (shared memory), cluster (distributed shared memory)
         const float dsum = reduce_scatter(d, lane);
         ss = warp_sum(ss);
-        sh.wred[wid][lane] = dsum;
-        if (lane == 0) sh.wss[wid] = ss;
+        sh.wred[buf][wid][lane] = dsum;
+        if (lane == 0) sh.wss[buf][wid] = ss;
         __syncthreads();
-        if (wid == 0) {
-            float s = 0.f;
+        float tot = 0.f;
+        double sigma = 0.0;
+        if (C == 1) {
 #pragma unroll
-            for (int k = 0; k < NWARPS; ++k) s += sh.wred[k][lane];
-            sh.part[buf][lane] = s;
-            if (lane == 0) {
+            for (int k = 0; k < NWARPS; ++k) {
+                tot += sh.wred[buf][k][lane];
+                sigma += sh.wss[buf][k];
+            }
+        } else {
+            if (wid == 0) {
+                float s = 0.f;
                 double s2 = 0.0;
 #pragma unroll
-                for (int k = 0; k < NWARPS; ++k) s2 += sh.wss[k];
-                sh.part_ss[buf] = s2;
+                for (int k = 0; k < NWARPS; ++k) {
+                    s += sh.wred[buf][k][lane];
+                    s2 += sh.wss[buf][k];
+                }
+                sh.part[buf][lane] = s;
+                if (lane == 0) sh.part_ss[buf] = s2;
             }
-        }
-        cluster.sync();
-
-        // (c) the reflector's scalars (warp 0 of every block, identically) and T's column j-1 (block 0)
-        if (wid == 0) {
-            float tot = 0.f;
-            double sigma = 0.0;
+            cluster.sync();
             for (int r = 0; r < C; ++r) {
                 const Shared* rs = cluster.map_shared_rank(&sh, r);
                 tot += rs->part[buf][lane];
                 sigma += rs->part_ss[buf];
             }
-            if (active) {
-                const Shared* s0 = cluster.map_shared_rank(&sh, 0);
-                const double alpha = s0->rowv[buf][0];
-                double beta = alpha, tau = 0.0, scal = 0.0;
-                if (sigma > 0.0) {  // false for 0 and NaN: the column is left as it is
-                    beta = -copysign(sqrt(alpha * alpha + sigma), alpha);
-                    tau = (beta - alpha) / beta;
-                    scal = 1.0 / (alpha - beta);
-                }
-                const bool right = lane >= 1 && lane <= nrem;
-                const double rowc = right ? s0->rowv[buf][lane] : 0.0;
-                sh.svec[lane] = right ? (float)(tau * (rowc + scal * (double)tot)) : 0.f;
-                if (lane == 0) {
-                    sh.scal = scal;
-                    sh.beta = (float)beta;
-                    sh.taus[j] = (float)tau;
-                    if (q == 0) a.tau[b * a.tau_bs + j] = (float)tau;
-                }
-            }
-            if (q == 0 && j >= 1) {
-                const int l = lane - (W - j);  // slot of v_l . v_{j-1}
-                if (l >= 0 && l < j - 1) sh.gvec[l] = tot;
-                __syncwarp();
-                if (lane < j - 1) {
-                    float acc = 0.f;
-                    for (int k = lane; k < j - 1; ++k) acc += sh.T[lane][k] * sh.gvec[k];
-                    sh.T[lane][j - 1] = -sh.taus[j - 1] * acc;
-                }
-                if (lane == j - 1) sh.T[j - 1][j - 1] = sh.taus[j - 1];
-            }
         }
-        __syncthreads();
+        const Shared* s0 = C == 1 ? &sh : cluster.map_shared_rank(&sh, 0);
 
-        // (d) apply the reflector to this thread's rows, then rotate the slots
+        // (c) every warp derives the reflector; block 0's warp 0 records tau and the reflector dots
+        if (q == 0 && wid == 0 && j >= 1) {
+            const int l = lane - first_v;
+            if (l >= 0 && l < j - 1) sh.G[l][j - 1] = tot;
+        }
         if (active) {
-            const double scal = sh.scal;
+            const double alpha = s0->rowv[buf][0];
+            double beta = alpha, tau = 0.0, scal = 0.0;
+            if (sigma > 0.0) {  // false for 0 and NaN: the column is left as it is
+                beta = -copysign(sqrt(alpha * alpha + sigma), alpha);
+                tau = (beta - alpha) / beta;
+                scal = 1.0 / (alpha - beta);
+            }
+            const bool right = lane >= 1 && lane <= nrem;
+            const float s_lane = right ? (float)(tau * ((double)s0->rowv[buf][lane] + scal * (double)tot)) : 0.f;
+            if (q == 0 && t == 0) {
+                sh.taus[j] = (float)tau;
+                a.tau[b * a.tau_bs + j] = (float)tau;
+            }
+
+            // (d) apply the reflector to this thread's rows, then rotate the slots
             float s[W];
 #pragma unroll
-            for (int c = 1; c < W; ++c) s[c] = sh.svec[c];
+            for (int c = 1; c < W; ++c) s[c] = __shfl_sync(FULL, s_lane, c);
 #pragma unroll
             for (int k = 0; k < RPT; ++k) {
                 const int i = row0 + t + k * THREADS;
@@ -235,7 +228,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
 #pragma unroll
                 for (int c = 1; c < W; ++c)
                     if (c <= nrem) p[0][c] -= s[c];
-                p[0][0] = sh.beta;
+                p[0][0] = (float)beta;
             }
 #pragma unroll
             for (int k = 0; k < RPT; ++k) {
@@ -247,8 +240,8 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
         }
     }
 
-    // write H (R scaled back), V explicit, and (block 0) T. Column c sits in slot W - kk + c when it
-    // holds a reflector (c < kk), else in slot c - kk.
+    // write H (R scaled back) and V explicit. Column c sits in slot W - kk + c when it holds a
+    // reflector (c < kk), else in slot c - kk.
     float* v = a.v + b * a.v_bs;
 #pragma unroll
     for (int k = 0; k < RPT; ++k) {
@@ -266,6 +259,32 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
     }
     if (q == 0) {
         for (int r = t; r < a.v_row0 * w; r += THREADS) v[(int64_t)(r / a.v_row0) * a.ldv + r % a.v_row0] = 0.f;
+        // T from the reflector dots by recursive doubling; reflectors past kk are identities (tau 0)
+        for (int r = t; r < W * W; r += THREADS) {
+            const int i = r % W, jj = r / W;
+            sh.T[i][jj] = i == jj && i < kk ? sh.taus[i] : 0.f;
+        }
+        __syncthreads();
+        for (int s = 1; s < W; s *= 2) {
+            for (int r = t; r < W * W / 2; r += THREADS) {  // X = G12 T22 for every merge of this level
+                const int i = r % s, jj = (r / s) % s, b0 = (r / (s * s)) * 2 * s;
+                if (b0 + s < W) {
+                    float acc = 0.f;
+                    for (int l = 0; l <= jj; ++l) acc += sh.G[b0 + i][b0 + s + l] * sh.T[b0 + s + l][b0 + s + jj];
+                    sh.X[b0 + i][jj] = acc;
+                }
+            }
+            __syncthreads();
+            for (int r = t; r < W * W / 2; r += THREADS) {  // T12 = -T11 X
+                const int i = r % s, jj = (r / s) % s, b0 = (r / (s * s)) * 2 * s;
+                if (b0 + s < W) {
+                    float acc = 0.f;
+                    for (int l = i; l < s; ++l) acc += sh.T[b0 + i][b0 + l] * sh.X[b0 + l][jj];
+                    sh.T[b0 + i][b0 + s + jj] = -acc;
+                }
+            }
+            __syncthreads();
+        }
         float* T = a.t + b * a.t_bs;
         for (int r = t; r < w * w; r += THREADS) T[r] = sh.T[r % w][r / w];
     }
