@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             const float y = (j >= 1 && ok && i >= j) ? p[k][W - 1] : 0.f;  // v_{j-1}, rows where v_l are below
             ss += (double)x * x;
 #pragma unroll
-            for (int c = 0; c < W - 1; ++c)
-                d[c] += (c >= 1 && c <= nrem ? x : (c >= first_v ? y : 0.f)) * p[k][c];
+            for (int c = 0; c < W; ++c)
+                d[c] += (c >= 1 && c <= nrem ? x : (c >= first_v && c < W - 1 ? y : 0.f)) * p[k][c];
         }
         if (j >= 1 && q == 0 && t == j - 1) {  // row j-1 holds v_l[j-1] (v_{j-1}[j-1] = 1)
 #pragma unroll
