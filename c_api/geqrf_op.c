@@ -204,7 +204,7 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     qr2_problem p = {.batch = batch, .m = (int)m, .n = (int)n, .device = device, .stream = stream};
     int smem_optin = 0;
     if (qr2_cuda_smem_optin(device, &smem_optin)) fail(&c, "%s", qr2_cuda_last_error());
-    const qr2_route* route = c.failed ? 0 : qr2_route_pick(m, n, smem_optin);
+    const qr2_route* route = c.failed ? 0 : qr2_route_pick(m, n, batch, smem_optin);
     if (!c.failed && !route) fail(&c, "qr2.geqrf: no route admits m=%" PRId64 ", n=%" PRId64, m, n);
     TRY(&c, aoti_torch_get_data_ptr(c.h, (void**)&p.h), "aoti_torch_get_data_ptr(H)");
     TRY(&c, aoti_torch_get_data_ptr(c.tau, (void**)&p.tau), "aoti_torch_get_data_ptr(tau)");

@@ -10,9 +10,13 @@
 
 /* The first row that admits a problem runs it. */
 static const qr2_route routes[] = {
-    {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0,
+    /* name, kind, max_n, min_batch, nb, leaf_nb, why */
+    {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0, 0,
      "tiny matrices (n <= 8) factored whole in one block's shared memory: one launch"},
-    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 32, 32,
+    {"blocked_nb128", QR2_ROUTE_BLOCKED, 1024, 16, 128, 32,
+     "batches of 16+ with n <= 1024: 128-column panels factored recursively from 32-column register "
+     "panels, so the trailing matrix is read and written once per 128 columns (FP32 cuBLAS GEMMs)"},
+    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 32, 32,
      "blocked Householder: 32-column panels in registers across a thread-block cluster (V and T "
      "built on chip), trailing update C -= V (T^T (V^T C)) with FP32 cuBLAS GEMMs; any shape"},
 };
@@ -22,15 +26,16 @@ static const qr2_route* forced; /* set only by tests and benchmarks, see qr2_rou
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static int admits(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
+static int admits(const qr2_route* r, int64_t m, int64_t n, int64_t batch, int smem_optin) {
     if (r->max_n > 0 && n > r->max_n) return 0;
+    if (batch < r->min_batch) return 0;
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;
 }
 
-const qr2_route* qr2_route_pick(int64_t m, int64_t n, int smem_optin) {
-    if (forced && admits(forced, m, n, smem_optin)) return forced;
-    int i = qr2_route_index_for(m, n, smem_optin);
+const qr2_route* qr2_route_pick(int64_t m, int64_t n, int64_t batch, int smem_optin) {
+    if (forced && (forced->kind != QR2_ROUTE_ON_CHIP || qr2_panel_fits_on_chip(m, n, smem_optin))) return forced;
+    int i = qr2_route_index_for(m, n, batch, smem_optin);
     return i < 0 ? 0 : &routes[i];
 }
 
@@ -166,9 +171,9 @@ int qr2_route_count(void) { return ROUTE_COUNT; }
 const char* qr2_route_name(int i) { return i >= 0 && i < ROUTE_COUNT ? routes[i].name : 0; }
 const char* qr2_route_description(int i) { return i >= 0 && i < ROUTE_COUNT ? routes[i].why : 0; }
 
-int qr2_route_index_for(int64_t m, int64_t n, int smem_optin) {
+int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin) {
     for (int i = 0; i < ROUTE_COUNT; ++i)
-        if (admits(&routes[i], m, n, smem_optin)) return i;
+        if (admits(&routes[i], m, n, batch, smem_optin)) return i;
     return -1;
 }
 

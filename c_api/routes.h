@@ -18,6 +18,7 @@ typedef struct qr2_route {
     const char* name;
     qr2_route_kind kind;
     int64_t max_n;   /* the route admits n <= max_n (0: any n) */
+    int64_t min_batch; /* ... and batches of at least min_batch matrices */
     int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */
     int leaf_nb;     /* blocked: widest panel one kernel factors (narrower when it must fit on chip) */
     const char* why; /* one line for people: what the route is for */
@@ -36,8 +37,8 @@ typedef struct qr2_problem {
     void* blas; /* cuBLAS handle bound to `stream` (blocked routes only) */
 } qr2_problem;
 
-/* The route for an m x n problem on a device with `smem_optin` bytes of shared memory per block. */
-const qr2_route* qr2_route_pick(int64_t m, int64_t n, int smem_optin);
+/* The route for a batch of m x n problems on a device with `smem_optin` bytes of shared memory per block. */
+const qr2_route* qr2_route_pick(int64_t m, int64_t n, int64_t batch, int smem_optin);
 /* Floats of device workspace the route needs for the problem (0: none). */
 int64_t qr2_route_workspace_floats(const qr2_route* route, const qr2_problem* p);
 /* Enqueues the route's kernels on p->stream. 0 on success, else qr2_cuda_last_error() says why. */
@@ -47,8 +48,9 @@ int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work);
 QR2_EXPORT int qr2_route_count(void);
 QR2_EXPORT const char* qr2_route_name(int index);
 QR2_EXPORT const char* qr2_route_description(int index);
-QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int smem_optin);
-/* Tests and benchmarks only: run `name` for every shape it admits (NULL: back to the table). */
+QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin);
+/* Tests and benchmarks only: run `name` for every shape it can run, whatever the table's limits
+ * (NULL: back to the table). */
 QR2_EXPORT int qr2_route_force(const char* name);
 
 #endif /* QR2_ROUTES_H */

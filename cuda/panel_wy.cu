@@ -22,7 +22,8 @@
 // T = larft(V, tau) after the last reflector by recursive doubling: T12 = -T11 G12 T22.
 //
 // The dots use x unscaled, so the panel is first scaled by a power of two (exact) to a max-abs in
-// [0.5, 1); R is scaled back on the way out, V, tau and T are scale-invariant.
+// [0.5, 1); R is scaled back on the way out, V, tau and T are scale-invariant. With that scaling the
+// reflector's scalars are FP32; only the sum of squares is accumulated in FP64.
 #include <cooperative_groups.h>
 
 #include "common.cuh"
@@ -195,18 +196,20 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             if (l >= 0 && l < j - 1) sh.G[l][j - 1] = tot;
         }
         if (active) {
-            const double alpha = s0->rowv[buf][0];
-            double beta = alpha, tau = 0.0, scal = 0.0;
-            if (sigma > 0.0) {  // false for 0 and NaN: the column is left as it is
-                beta = -copysign(sqrt(alpha * alpha + sigma), alpha);
+            // FP32 scalars (the panel is scaled to max-abs ~1, so only the FP64 sum of squares needs range)
+            const float alpha = s0->rowv[buf][0];
+            const float sig = (float)sigma;
+            float beta = alpha, tau = 0.f, scal = 0.f;
+            if (sig > 0.f) {  // false for 0 and NaN: the column is left as it is
+                beta = -copysignf(sqrtf(fmaf(alpha, alpha, sig)), alpha);
                 tau = (beta - alpha) / beta;
-                scal = 1.0 / (alpha - beta);
+                scal = 1.f / (alpha - beta);
             }
             const bool right = lane >= 1 && lane <= nrem;
-            const float s_lane = right ? (float)(tau * ((double)s0->rowv[buf][lane] + scal * (double)tot)) : 0.f;
+            const float s_lane = right ? tau * fmaf(scal, tot, s0->rowv[buf][lane]) : 0.f;
             if (q == 0 && t == 0) {
-                sh.taus[j] = (float)tau;
-                a.tau[b * a.tau_bs + j] = (float)tau;
+                sh.taus[j] = tau;
+                a.tau[b * a.tau_bs + j] = tau;
             }
 
             // (d) apply the reflector to this thread's rows, then rotate the slots
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             for (int k = 0; k < RPT; ++k) {
                 const int i = row0 + t + k * THREADS;
                 if (i < row_end && i > j) {
-                    const float v = (float)((double)p[k][0] * scal);
+                    const float v = p[k][0] * scal;
                     p[k][0] = v;
 #pragma unroll
                     for (int c = 1; c < W; ++c)
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
 #pragma unroll
                 for (int c = 1; c < W; ++c)
                     if (c <= nrem) p[0][c] -= s[c];
-                p[0][0] = (float)beta;
+                p[0][0] = beta;
             }
 #pragma unroll
             for (int k = 0; k < RPT; ++k) {

@@ -27,7 +27,7 @@ _lib.qr2_route_name.argtypes = [ctypes.c_int]
 _lib.qr2_route_description.restype = ctypes.c_char_p
 _lib.qr2_route_description.argtypes = [ctypes.c_int]
 _lib.qr2_route_index_for.restype = ctypes.c_int
-_lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+_lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
 _lib.qr2_route_force.restype = ctypes.c_int
 _lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 
@@ -100,10 +100,10 @@ def routes():
     ]
 
 
-def route_for(m: int, n: int, smem_optin: int = 232448) -> str:
-    """Name of the route an FP32 CUDA m x n problem takes (smem_optin: the device's opt-in
+def route_for(m: int, n: int, batch: int = 1, smem_optin: int = 232448) -> str:
+    """Name of the route a batch of FP32 CUDA m x n problems takes (smem_optin: the device's opt-in
     shared memory per block; 232448 bytes on Hopper)."""
-    i = _lib.qr2_route_index_for(m, n, smem_optin)
+    i = _lib.qr2_route_index_for(m, n, batch, smem_optin)
     return _lib.qr2_route_name(i).decode() if i >= 0 else None
 
 

@@ -29,7 +29,7 @@ for batch, n in shapes:
             per[name][0] += 1
             per[name][1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
     total = sum(t for _, t in per.values())
-    print(f"\n== {batch}x{n} route={qr2_op.route_for(n, n)} kernels={sum(c for c, _ in per.values())} "
+    print(f"\n== {batch}x{n} route={qr2_op.route_for(n, n, batch)} kernels={sum(c for c, _ in per.values())} "
           f"gpu_busy={total:.0f} us")
     for name, (count, t) in sorted(per.items(), key=lambda kv: -kv[1][1])[: args.top]:
         print(f"  {t:10.0f} us {100 * t / total:5.1f}%  x{count:<5d} {t / count:8.1f} us/launch  {name}")

@@ -58,7 +58,7 @@ def main():
         torch.cuda.synchronize()
         ours = time_calls(torch.ops.qr2.geqrf, inputs, args.reps)
         theirs = float("nan") if args.no_torch else time_calls(torch.geqrf, inputs, args.torch_reps)
-        print(f"{batch:>5}x{n:<6} {(args.route or qr2_op.route_for(n, n)):>14} {ours:12.1f} {theirs:12.1f} {theirs / ours:8.1f}",
+        print(f"{batch:>5}x{n:<6} {(args.route or qr2_op.route_for(n, n, batch)):>14} {ours:12.1f} {theirs:12.1f} {theirs / ours:8.1f}",
               flush=True)
 
 

@@ -11,10 +11,13 @@ from reference import check_implementation
 HOPPER_SMEM = 232448
 
 # One shape per route that the table must send there (m, n); tests on the GPU run each.
+# (m, n, batch)
 ROUTE_EXAMPLES = {
-    "on_chip": [(8, 8), (100, 5), (3, 8), (1, 1)],
-    "blocked_nb32": [(32, 32), (176, 176), (352, 352), (512, 512), (1000, 300), (300, 1000), (60000, 3),
-                     (2048, 2048), (9000, 40), (100, 3000)],
+    "on_chip": [(8, 8, 3), (100, 5, 1), (3, 8, 40), (1, 1, 1)],
+    "blocked_nb128": [(512, 512, 16), (352, 352, 40), (1000, 300, 20), (300, 1000, 20), (1024, 1024, 16),
+                      (200, 130, 17)],
+    "blocked_nb32": [(32, 32, 3), (176, 176, 2), (512, 512, 8), (1000, 300, 2), (300, 1000, 1), (60000, 3, 1),
+                     (2048, 2048, 1), (9000, 40, 2), (100, 3000, 20), (1025, 1025, 16)],
 }
 
 
@@ -36,7 +39,8 @@ def test_route_pick(route, shape):
 
 def test_any_shape_has_a_route():
     for m, n in [(1, 1), (1, 10**6), (10**6, 1), (70000, 70000), (3, 5000)]:
-        assert qr2_op.route_for(m, n) is not None
+        for batch in (1, 1000):
+            assert qr2_op.route_for(m, n, batch) is not None
 
 
 def test_readme_lists_every_route():
@@ -48,11 +52,26 @@ def test_readme_lists_every_route():
 @requires_cuda
 @pytest.mark.parametrize("route,shape", [(r, s) for r, shapes in ROUTE_EXAMPLES.items() for s in shapes], ids=str)
 def test_route_passes_the_checker(route, shape):
-    m, n = shape
-    batch = 3 if m * n <= 2 * 10**6 else 1
+    m, n, batch = shape
     A = torch.randn(batch, m, n, device="cuda")
     A[..., :, min(m, n) // 2] = 0.0  # a zero column: its reflector must be the identity
     H, tau = torch.ops.qr2.geqrf(A)
     ok, msg = check_implementation(A, (H, tau))
     assert ok, f"{route} {shape}: {msg}"
     assert torch.all(tau[:, min(m, n) // 2] == 0)
+
+
+@requires_cuda
+@pytest.mark.parametrize("route", [name for name, _ in qr2_op.routes()])
+@pytest.mark.parametrize("shape", [(37, 37, 5), (300, 200, 3), (200, 300, 3), (600, 600, 2)], ids=str)
+def test_every_route_on_shapes_it_can_run(route, shape):
+    """Forcing a route past the table's limits (where it can run at all) must still be correct."""
+    m, n, batch = shape
+    qr2_op._force_route(route)
+    try:
+        A = torch.randn(batch, m, n, device="cuda")
+        H, tau = torch.ops.qr2.geqrf(A)
+    finally:
+        qr2_op._force_route(None)
+    ok, msg = check_implementation(A, (H, tau))
+    assert ok, f"{route} {shape}: {msg}"
