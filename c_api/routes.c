@@ -13,9 +13,6 @@ static const qr2_route routes[] = {
     /* name, kind, max_n, min_batch, nb, leaf_nb, why */
     {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0, 0,
      "tiny matrices (n <= 8) factored whole in one block's shared memory: one launch"},
-    {"blocked_nb128", QR2_ROUTE_BLOCKED, 1024, 16, 128, 32,
-     "batches of 16+ with n <= 1024: 128-column panels factored recursively from 32-column register "
-     "panels, so the trailing matrix is read and written once per 128 columns (FP32 cuBLAS GEMMs)"},
     {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 32, 32,
      "blocked Householder: 32-column panels in registers across a thread-block cluster (V and T "
      "built on chip), trailing update C -= V (T^T (V^T C)) with FP32 cuBLAS GEMMs; any shape"},
