@@ -10,28 +10,44 @@
 
 /* The first row that admits a problem runs it. */
 static const qr2_route routes[] = {
-    /* name, kind, max_n, min_batch, nb, leaf_nb, why */
-    {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0, 0,
-     "tiny matrices (n <= 8) factored whole in one block's shared memory: one launch"},
-    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 32, 32,
+    /* name, kind, max_n, min_batch, nb, leaf_nb, cluster, why */
+    {"registers", QR2_ROUTE_REGISTERS, QR2_REGISTER_QR_MAX, 0, 0, 0, 1,
+     "small matrices (m, n <= 256 whose two columns per quad of threads fit one block's registers) "
+     "factored whole in one launch: reflectors built by warp shuffles, published in shared memory"},
+    {"registers_cluster2", QR2_ROUTE_REGISTERS, QR2_REGISTER_QR_MAX, 0, 0, 0, 2,
+     "small matrices too large for one block's registers (up to 256 x 256): a 2-block cluster per "
+     "matrix splits the columns, reflectors published through distributed shared memory"},
+    {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0, 0, 1,
+     "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
+    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 32, 32, 1,
      "blocked Householder: 32-column panels in registers across a thread-block cluster (V and T "
      "built on chip), trailing update C -= V (T^T (V^T C)) with FP32 cuBLAS GEMMs; any shape"},
 };
 enum { ROUTE_COUNT = sizeof routes / sizeof routes[0] };
 
+/* Measurement only: the floor of a call (validation, allocation, one launch); see qr2_route_force. */
+static const qr2_route empty_route = {"empty_kernel", QR2_ROUTE_EMPTY, 0, 0, 0, 0, 1,
+                                      "one empty kernel; H and tau are left unset"};
+
 static const qr2_route* forced; /* set only by tests and benchmarks, see qr2_route_force */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static int admits(const qr2_route* r, int64_t m, int64_t n, int64_t batch, int smem_optin) {
-    if (r->max_n > 0 && n > r->max_n) return 0;
-    if (batch < r->min_batch) return 0;
+/* Whether the route's kernels can hold the shape at all (the table's limits aside). */
+static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
+    if (r->kind == QR2_ROUTE_REGISTERS) return qr2_register_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;
 }
 
+static int admits(const qr2_route* r, int64_t m, int64_t n, int64_t batch, int smem_optin) {
+    if (r->max_n > 0 && n > r->max_n) return 0;
+    if (batch < r->min_batch) return 0;
+    return can_run(r, m, n, smem_optin);
+}
+
 const qr2_route* qr2_route_pick(int64_t m, int64_t n, int64_t batch, int smem_optin) {
-    if (forced && (forced->kind != QR2_ROUTE_ON_CHIP || qr2_panel_fits_on_chip(m, n, smem_optin))) return forced;
+    if (forced && can_run(forced, m, n, smem_optin)) return forced;
     int i = qr2_route_index_for(m, n, batch, smem_optin);
     return i < 0 ? 0 : &routes[i];
 }
@@ -41,6 +57,17 @@ int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
     /* per matrix: explicit V of one outer panel (m x nb), the leaf's T, the compact-WY scratch */
     return p->batch * ((int64_t)p->m * r->nb + QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W +
                        qr2_wy_work_floats(r->nb, p->n));
+}
+
+/* ---- registers ---- */
+
+static int run_registers(const qr2_route* r, const qr2_problem* p) {
+    qr2_register_qr_args a = {
+        .batch = p->batch, .m = p->m, .n = p->n,
+        .src = p->a, .src_rs = p->a_rs, .src_cs = p->a_cs, .src_bs = p->a_bs,
+        .h = p->h, .tau = p->tau,
+    };
+    return qr2_register_qr(&a, r->cluster, p->device, p->stream);
 }
 
 /* ---- on_chip ---- */
@@ -159,7 +186,13 @@ static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
 
 int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work) {
     if (p->batch == 0 || p->m == 0 || p->n == 0) return 0;
-    return route->kind == QR2_ROUTE_ON_CHIP ? run_on_chip(p) : run_blocked(route, p, work);
+    switch (route->kind) {
+        case QR2_ROUTE_REGISTERS: return run_registers(route, p);
+        case QR2_ROUTE_ON_CHIP: return run_on_chip(p);
+        case QR2_ROUTE_BLOCKED: return run_blocked(route, p, work);
+        case QR2_ROUTE_EMPTY: return qr2_launch_empty(p->stream);
+    }
+    return 1;
 }
 
 /* ---- introspection ---- */
@@ -177,6 +210,7 @@ int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin) {
 int qr2_route_force(const char* name) {
     forced = 0;
     if (!name) return 0;
+    if (strcmp(name, empty_route.name) == 0) forced = &empty_route;
     for (int i = 0; i < ROUTE_COUNT; ++i)
         if (strcmp(routes[i].name, name) == 0) forced = &routes[i];
     return forced ? 0 : -1;

@@ -10,8 +10,10 @@
 #define QR2_EXPORT __attribute__((visibility("default")))
 
 typedef enum qr2_route_kind {
-    QR2_ROUTE_ON_CHIP, /* whole matrix in one block's shared memory: one launch */
-    QR2_ROUTE_BLOCKED  /* blocked Householder: recursive panels + compact-WY GEMM updates */
+    QR2_ROUTE_REGISTERS, /* whole matrix in the registers of one block or a cluster: one launch */
+    QR2_ROUTE_ON_CHIP,   /* whole matrix in one block's shared memory: one launch */
+    QR2_ROUTE_BLOCKED,   /* blocked Householder: recursive panels + compact-WY GEMM updates */
+    QR2_ROUTE_EMPTY      /* measurement only (never in the table): one empty kernel, H and tau unset */
 } qr2_route_kind;
 
 typedef struct qr2_route {
@@ -21,6 +23,7 @@ typedef struct qr2_route {
     int64_t min_batch; /* ... and batches of at least min_batch matrices */
     int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */
     int leaf_nb;     /* blocked: widest panel one kernel factors (narrower when it must fit on chip) */
+    int cluster;     /* registers: thread blocks per matrix */
     const char* why; /* one line for people: what the route is for */
 } qr2_route;
 
@@ -50,7 +53,8 @@ QR2_EXPORT const char* qr2_route_name(int index);
 QR2_EXPORT const char* qr2_route_description(int index);
 QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin);
 /* Tests and benchmarks only: run `name` for every shape it can run, whatever the table's limits
- * (NULL: back to the table). */
+ * (NULL: back to the table). "empty_kernel" (not a row of the table) makes every FP32 CUDA call launch
+ * one empty kernel and return H and tau uninitialised: the floor of a call, for the benchmark. */
 QR2_EXPORT int qr2_route_force(const char* name);
 
 #endif /* QR2_ROUTES_H */

@@ -17,4 +17,6 @@ for bn in 1:64 8:64 64:64 1:128 8:128 64:128 1:256 8:256 64:256 1:512 8:512 64:5
 done
 timeout 200 python3 benchmark.py --mode benchmark --compare --max-repeats 3 --torch-max-repeats 1 "${sweep[@]}" \
   --json-out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
+timeout 200 python3 scripts/small_sweep.py --n 8:256:8 --batches 1,20,40,640 --json-out "$OUT/small_sweep.json" \
+  > "$OUT/small_sweep.log" 2>&1; head -3 "$OUT/small_sweep.log"
 timeout 90 compute-sanitizer --tool memcheck python3 scripts/sanitize_smoke.py > "$OUT/memcheck.log" 2>&1; tail -2 "$OUT/memcheck.log"

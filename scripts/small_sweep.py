@@ -1,0 +1,80 @@
+"""Time per call of the small-matrix routes against the general route and torch.geqrf (development aid; the
+scoreboard is benchmark.py). Calls are timed as the QR2 harness times them: back-to-back calls between two
+CUDA events, divided by the number of calls (median of several bursts), so a kernel shorter than the host
+path shows the host path. The `empty_kernel` pseudo-route gives the floor of a call.
+
+    python scripts/small_sweep.py --json-out sweep.json [--n 8:256:8] [--batches 1,20,40,640]
+"""
+import argparse
+import json
+import statistics
+
+import torch
+
+import qr2_op
+
+
+def per_call_us(fn, x, calls=10, bursts=5):
+    fn(x)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(bursts):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn(x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def forced(route):
+    def run(x):
+        qr2_op._force_route(route)
+        try:
+            return torch.ops.qr2.geqrf(x)
+        finally:
+            qr2_op._force_route(None)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", default="8:256:8", help="start:stop:step")
+    ap.add_argument("--batches", default="1,20,40,640")
+    ap.add_argument("--routes", default="registers,registers_cluster2,blocked_nb32")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    lo, hi, step = (int(v) for v in args.n.split(":"))
+    routes = args.routes.split(",")
+    x = torch.randn(20, 32, 32, device="cuda")
+    floor = {"empty_kernel": per_call_us(forced("empty_kernel"), x, calls=200)}
+    with torch.inference_mode():
+        floor["empty_kernel_inference_mode"] = per_call_us(forced("empty_kernel"), x, calls=200)
+    print(f"floor of a call (empty kernel, same path): {floor['empty_kernel']:.2f} us "
+          f"({floor['empty_kernel_inference_mode']:.2f} us in inference_mode)", flush=True)
+    rows = []
+    print(f"{'batch':>5} {'n':>4} {'table':>18} " + " ".join(f"{r:>18}" for r in routes) + f" {'torch':>10}")
+    for batch in (int(b) for b in args.batches.split(",")):
+        for n in range(lo, hi + 1, step):
+            A = torch.randn(batch, n, n, device="cuda")
+            row = {"batch": batch, "n": n, "table": qr2_op.route_for(n, n, batch), "us": {}}
+            for r in routes:
+                runs = n <= {"registers": 192, "registers_cluster2": 256}.get(r, n)  # square shapes each can hold
+                row["us"][r] = per_call_us(forced(r), A) if runs else None
+            row["us"]["table"] = per_call_us(torch.ops.qr2.geqrf, A)
+            if not args.no_torch:
+                row["us"]["torch"] = per_call_us(torch.geqrf, A, calls=1, bursts=1 if batch * n > 20000 else 3)
+            rows.append(row)
+            cells = " ".join(f"{row['us'][r]:18.1f}" if row["us"][r] else f"{'-':>18}" for r in routes)
+            print(f"{batch:5d} {n:4d} {row['table']:>18} {cells} {row['us'].get('torch', float('nan')):10.1f}",
+                  flush=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"floor_us": floor, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
