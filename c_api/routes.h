@@ -21,6 +21,7 @@ typedef struct qr2_route {
     qr2_route_kind kind;
     int64_t max_n;   /* the route admits n <= max_n (0: any n) */
     int64_t min_batch; /* ... and batches of at least min_batch matrices */
+    int64_t max_batch; /* ... and of at most max_batch (0: any) */
     int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */
     int leaf_nb;     /* blocked: widest panel one kernel factors (narrower when it must fit on chip) */
     int cluster;     /* registers: thread blocks per matrix */
