@@ -32,6 +32,21 @@ __device__ __forceinline__ T warp_sum(T x) {
     return x;
 }
 
+// One round of a warp butterfly reduce-scatter over the 2*HALF slots d[0 .. 2*HALF): lanes with bit `BIT`
+// set keep the upper half, the others the lower half, each adding its partner's copy of the half it keeps
+// (the kept half ends in d[0 .. HALF)).
+template <int HALF, int BIT, int N>
+__device__ __forceinline__ void butterfly_scatter_round(float (&d)[N], int lane) {
+    static_assert(2 * HALF <= N, "round wider than the slots");
+    const bool upper = lane & BIT;
+#pragma unroll
+    for (int i = 0; i < HALF; ++i) {
+        const float send = upper ? d[i] : d[i + HALF];
+        const float keep = upper ? d[i + HALF] : d[i];
+        d[i] = keep + __shfl_xor_sync(0xffffffffu, send, BIT);
+    }
+}
+
 // Raises the kernel's dynamic shared memory limit to what `bytes` needs (idempotent, cheap).
 template <typename Kernel>
 static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what) {

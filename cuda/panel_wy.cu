@@ -50,27 +50,14 @@ struct Shared {
     float cmax;
 };
 
-// One butterfly round: lanes whose bit `HALF` is set keep the upper half of the slots, the others the
-// lower half, each adding its partner's copy of the half it keeps.
-template <int HALF>
-__device__ __forceinline__ void reduce_scatter_round(float (&d)[W], int lane) {
-    const bool upper = lane & HALF;
-#pragma unroll
-    for (int i = 0; i < HALF; ++i) {
-        const float send = upper ? d[i] : d[i + HALF];
-        const float keep = upper ? d[i + HALF] : d[i];
-        d[i] = keep + __shfl_xor_sync(FULL, send, HALF);
-    }
-}
-
 // Butterfly reduce-scatter (31 shuffles): afterwards lane l holds the warp-wide sum of slot l.
 __device__ __forceinline__ float reduce_scatter(float (&d)[W], int lane) {
     static_assert(W == 32, "one slot per lane");
-    reduce_scatter_round<16>(d, lane);
-    reduce_scatter_round<8>(d, lane);
-    reduce_scatter_round<4>(d, lane);
-    reduce_scatter_round<2>(d, lane);
-    reduce_scatter_round<1>(d, lane);
+    butterfly_scatter_round<16, 16>(d, lane);
+    butterfly_scatter_round<8, 8>(d, lane);
+    butterfly_scatter_round<4, 4>(d, lane);
+    butterfly_scatter_round<2, 2>(d, lane);
+    butterfly_scatter_round<1, 1>(d, lane);
     return d[0];
 }
 

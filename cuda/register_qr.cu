@@ -92,25 +92,12 @@ __device__ __forceinline__ T warp_allsum(T x) {
     return x;
 }
 
-// One butterfly round on `2 * HALF` slots: lanes with bit `BIT` set keep the upper half, the others the
-// lower half, each adding its partner's copy of the half it keeps.
-template <int HALF, int BIT>
-__device__ __forceinline__ void scatter_round(float (&d)[STRIP], int lane) {
-    const bool upper = lane & BIT;
-#pragma unroll
-    for (int i = 0; i < HALF; ++i) {
-        const float send = upper ? d[i] : d[i + HALF];
-        const float keep = upper ? d[i + HALF] : d[i];
-        d[i] = keep + __shfl_xor_sync(FULL, send, BIT);
-    }
-}
-
 // Warp-wide sums of the 8 per-lane partials d[c], returned in d on every lane: reduce-scatter (lane l
 // ends with the sum of slot (l >> 2) & 7), then a broadcast from lanes 0, 4, ..., 28.
 __device__ __forceinline__ void strip_sums(float (&d)[STRIP], int lane) {
-    scatter_round<4, 16>(d, lane);
-    scatter_round<2, 8>(d, lane);
-    scatter_round<1, 4>(d, lane);
+    butterfly_scatter_round<4, 16>(d, lane);
+    butterfly_scatter_round<2, 8>(d, lane);
+    butterfly_scatter_round<1, 4>(d, lane);
     float s = d[0];
     s += __shfl_xor_sync(FULL, s, 2);
     s += __shfl_xor_sync(FULL, s, 1);
