@@ -1,13 +1,19 @@
-"""Host-path cost per call (no kernel launched): where the microseconds of a small call go."""
+"""Host-path cost per call: where the microseconds of a small call go (run on a GPU machine).
+
+Prints wall time per call (host issue rate, 20k calls) of the op and of reference points, then the GPU time
+per call as the benchmark measures it (CUDA events around 50 back-to-back calls) and the kernel alone
+(the same 50 calls replayed from a CUDA graph)."""
+import argparse
+import json
 import time
 
 import torch
 
-import qr2_op  # noqa: F401
+import qr2_op
 
 
-def per_call(fn, calls=5000):
-    for _ in range(200):
+def wall_us(fn, calls=20000):
+    for _ in range(500):
         fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -17,18 +23,70 @@ def per_call(fn, calls=5000):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-empty = torch.empty(0, 32, 32, device="cuda")
-small = torch.randn(20, 32, 32, device="cuda")
-op = torch.ops.qr2.geqrf.default
-rows = [
-    ("torch.empty_like (baseline alloc)", lambda: torch.empty_like(small)),
-    ("qr2 empty batch (autograd key: python kernel)", lambda: op(empty)),
-    ("qr2 b20 n32 (launch included)", lambda: op(small)),
-]
-with torch.inference_mode():
-    rows += [("qr2 empty batch, inference_mode (no autograd)", lambda: op(empty)),
-             ("qr2 b20 n32, inference_mode", lambda: op(small))]
-    for name, fn in rows[-2:]:
-        print(f"{per_call(fn):8.2f} us  {name}")
-for name, fn in rows[:3]:
-    print(f"{per_call(fn):8.2f} us  {name}")
+def event_us(fn, calls=50, reps=200):
+    best = float("inf")
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(calls):
+            fn()
+        e.record()
+        e.synchronize()
+        best = min(best, s.elapsed_time(e) * 1e3 / calls)
+    return best
+
+
+def graph_us(fn, calls=50, reps=200):
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(calls):
+                fn()
+    torch.cuda.synchronize()
+    return event_us(g.replay, calls=1, reps=reps) / calls
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default="20,32,32;40,176,176")
+    p.add_argument("--json-out")
+    args = p.parse_args()
+    op = torch.ops.qr2.geqrf.default
+    rows = {}
+    dev = torch.device("cuda")
+    x = torch.randn(20, 32, 32, device=dev)
+    e0 = torch.empty(0, 32, 32, device=dev)
+    rows["python loop (lambda: None)"] = wall_us(lambda: None)
+    rows["torch.empty_strided 20x32x32"] = wall_us(lambda: torch.empty_strided((20, 32, 32), (1024, 1, 32), device=dev))
+    rows["torch.neg 20x32x32 (alloc + launch)"] = wall_us(lambda: torch.neg(x))
+    rows["op empty batch"] = wall_us(lambda: op(e0))
+    rows["qr2_op.geqrf empty batch"] = wall_us(lambda: qr2_op.geqrf(e0))
+    with torch.inference_mode():
+        rows["op empty batch, inference_mode"] = wall_us(lambda: op(e0))
+    for spec in args.shapes.split(";"):
+        b, m, n = (int(v) for v in spec.split(","))
+        A = torch.randn(b, m, n, device=dev)
+        tag = f"b{b} {m}x{n}"
+        for route in ("empty_kernel", None):
+            qr2_op._force_route(route)
+            name = f"{tag} {route or 'table route'}"
+            rows[f"{name}: wall"] = wall_us(lambda: op(A), calls=5000)
+            with torch.inference_mode():
+                rows[f"{name}: wall, inference_mode"] = wall_us(lambda: op(A), calls=5000)
+            rows[f"{name}: events"] = event_us(lambda: qr2_op.geqrf(A))
+            rows[f"{name}: graph replay (device only)"] = graph_us(lambda: op(A))
+        qr2_op._force_route(None)
+    for k, v in rows.items():
+        print(f"{v:9.2f} us  {k}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
