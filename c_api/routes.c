@@ -10,25 +10,31 @@
 
 /* The first row that admits a problem runs it. */
 static const qr2_route routes[] = {
-    /* name, kind, max_n, min_batch, max_batch, nb, leaf_nb, cluster, why */
-    {"registers", QR2_ROUTE_REGISTERS, QR2_REGISTER_QR_MAX, 0, 0, 0, 0, 1,
+    /* name, kind, min_n, max_n, min_batch, max_batch, nb, leaf_nb, cluster, why */
+    /* batch >= 1000 and n >= 32 only (H200): there it measured 1.05-1.35x faster than `registers`
+     * (n = 32..64); at batch <= 264 `registers` is 1.2-1.7x faster, at 640 it depends on n */
+    {"warp_columns", QR2_ROUTE_WARP, 32, QR2_WARP_QR_MAX_N, 1000, 0, 0, 0, 1,
+     "large batches of small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64) factored whole by "
+     "one warp each, a lane per column: dots are a lane's own FMAs, reflectors published through shared "
+     "memory"},
+    {"registers", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 0, 0, 0, 1,
      "small matrices (m, n <= 256 whose two columns per quad of threads fit one block's registers) "
      "factored whole in one launch: reflectors built by warp shuffles, published in shared memory"},
     /* batch <= 132 (two blocks per matrix, about one block per SM): at 640 matrices of n 168..224
      * the blocked route measured 1.2-1.4x faster, at 40 this one 2.3x faster (H200) */
-    {"registers_cluster2", QR2_ROUTE_REGISTERS, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 2,
+    {"registers_cluster2", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 2,
      "small matrices too large for one block's registers (up to 256 x 256): a 2-block cluster per "
      "matrix splits the columns, reflectors published through distributed shared memory"},
-    {"on_chip", QR2_ROUTE_ON_CHIP, 8, 0, 0, 0, 0, 1,
+    {"on_chip", QR2_ROUTE_ON_CHIP, 0, 8, 0, 0, 0, 0, 1,
      "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
-    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 32, 32, 1,
+    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 0, 32, 32, 1,
      "blocked Householder: 32-column panels in registers across a thread-block cluster (V and T "
      "built on chip), trailing update C -= V (T^T (V^T C)) with FP32 cuBLAS GEMMs; any shape"},
 };
 enum { ROUTE_COUNT = sizeof routes / sizeof routes[0] };
 
 /* Measurement only: the floor of a call (validation, allocation, one launch); see qr2_route_force. */
-static const qr2_route empty_route = {"empty_kernel", QR2_ROUTE_EMPTY, 0, 0, 0, 0, 0, 1,
+static const qr2_route empty_route = {"empty_kernel", QR2_ROUTE_EMPTY, 0, 0, 0, 0, 0, 0, 1,
                                       "one empty kernel; H and tau are left unset"};
 
 static const qr2_route* forced; /* set only by tests and benchmarks, see qr2_route_force */
@@ -37,13 +43,14 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Whether the route's kernels can hold the shape at all (the table's limits aside). */
 static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
+    if (r->kind == QR2_ROUTE_WARP) return qr2_warp_qr_supported(m, n);
     if (r->kind == QR2_ROUTE_REGISTERS) return qr2_register_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;
 }
 
 static int admits(const qr2_route* r, int64_t m, int64_t n, int64_t batch, int smem_optin) {
-    if (r->max_n > 0 && n > r->max_n) return 0;
+    if (n < r->min_n || (r->max_n > 0 && n > r->max_n)) return 0;
     if (batch < r->min_batch) return 0;
     if (r->max_batch > 0 && batch > r->max_batch) return 0;
     return can_run(r, m, n, smem_optin);
@@ -62,15 +69,25 @@ int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
                        qr2_wy_work_floats(r->nb, p->n));
 }
 
-/* ---- registers ---- */
+/* ---- warp_columns, registers ---- */
 
-static int run_registers(const qr2_route* r, const qr2_problem* p) {
-    qr2_register_qr_args a = {
+static qr2_whole_qr_args whole_args(const qr2_problem* p) {
+    qr2_whole_qr_args a = {
         .batch = p->batch, .m = p->m, .n = p->n,
         .src = p->a, .src_rs = p->a_rs, .src_cs = p->a_cs, .src_bs = p->a_bs,
         .h = p->h, .tau = p->tau,
     };
+    return a;
+}
+
+static int run_registers(const qr2_route* r, const qr2_problem* p) {
+    const qr2_whole_qr_args a = whole_args(p);
     return qr2_register_qr(&a, r->cluster, p->device, p->stream);
+}
+
+static int run_warp(const qr2_problem* p) {
+    const qr2_whole_qr_args a = whole_args(p);
+    return qr2_warp_qr(&a, p->stream);
 }
 
 /* ---- on_chip ---- */
@@ -190,6 +207,7 @@ static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
 int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work) {
     if (p->batch == 0 || p->m == 0 || p->n == 0) return 0;
     switch (route->kind) {
+        case QR2_ROUTE_WARP: return run_warp(p);
         case QR2_ROUTE_REGISTERS: return run_registers(route, p);
         case QR2_ROUTE_ON_CHIP: return run_on_chip(p);
         case QR2_ROUTE_BLOCKED: return run_blocked(route, p, work);

@@ -10,6 +10,7 @@
 #define QR2_EXPORT __attribute__((visibility("default")))
 
 typedef enum qr2_route_kind {
+    QR2_ROUTE_WARP,      /* whole matrix in one warp's registers, a lane per column: one launch */
     QR2_ROUTE_REGISTERS, /* whole matrix in the registers of one block or a cluster: one launch */
     QR2_ROUTE_ON_CHIP,   /* whole matrix in one block's shared memory: one launch */
     QR2_ROUTE_BLOCKED,   /* blocked Householder: recursive panels + compact-WY GEMM updates */
@@ -19,7 +20,8 @@ typedef enum qr2_route_kind {
 typedef struct qr2_route {
     const char* name;
     qr2_route_kind kind;
-    int64_t max_n;   /* the route admits n <= max_n (0: any n) */
+    int64_t min_n;   /* the route admits n >= min_n */
+    int64_t max_n;   /* ... and n <= max_n (0: any n) */
     int64_t min_batch; /* ... and batches of at least min_batch matrices */
     int64_t max_batch; /* ... and of at most max_batch (0: any) */
     int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */

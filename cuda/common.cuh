@@ -32,6 +32,16 @@ __device__ __forceinline__ T warp_sum(T x) {
     return x;
 }
 
+// LAPACK slarfg's scalars from alpha and the tail's sum of squares ss > 0: beta = -sign(alpha) ||(alpha, x)||,
+// tau = (beta - alpha) / beta, and scal = 1 / (alpha - beta), which scales the tail into v.
+template <typename T>
+__device__ __forceinline__ void householder_scalars(T alpha, T ss, T& beta, T& tau, T& scal) {
+    const T norm = sqrt(fma(alpha, alpha, ss));
+    beta = alpha >= T(0) ? -norm : norm;
+    tau = (beta - alpha) / beta;
+    scal = T(1) / (alpha - beta);
+}
+
 // One round of a warp butterfly reduce-scatter over the 2*HALF slots d[0 .. 2*HALF): lanes with bit `BIT`
 // set keep the upper half, the others the lower half, each adding its partner's copy of the half it keeps
 // (the kept half ends in d[0 .. HALF)).

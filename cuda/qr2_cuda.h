@@ -74,26 +74,31 @@ typedef struct qr2_panel_wy_args {
 int qr2_panel_wy_supported(int64_t m, int64_t w);
 int qr2_panel_wy(const qr2_panel_wy_args* args, int device, void* stream);
 
-/*
- * Householder factorisation (LAPACK sgeqrf semantics) of whole m x n matrices, m, n <= 256, held in
- * registers (8-column strips per warp) with every reflector kept in shared memory: one thread block per
- * matrix, or a cluster of `cluster` = 2 blocks that split its columns. One launch: reads A through its
- * strides (src may equal h), writes H (column-major, ld m, m*n apart) and tau (min(m, n) per matrix).
- */
-#define QR2_REGISTER_QR_MAX 256
-typedef struct qr2_register_qr_args {
+/* Whole small matrices factored in one launch (LAPACK sgeqrf semantics): reads A through its strides
+ * (src may equal h), writes H (column-major, ld m, m*n apart) and tau (min(m, n) per matrix). */
+typedef struct qr2_whole_qr_args {
     int64_t batch;
     int m, n;
     const float* src;
     int64_t src_rs, src_cs, src_bs;
     float* h;
     float* tau;
-} qr2_register_qr_args;
+} qr2_whole_qr_args;
 
+/* One warp per matrix, one lane per column (two for n > 32), whole columns in registers: n <= 64 with
+ * m <= 64, or n <= 32 with m <= 96. */
+#define QR2_WARP_QR_MAX_N 64
+int qr2_warp_qr_supported(int64_t m, int64_t n);
+int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
+
+/* m, n <= 256 held in registers (8-column strips per warp, rows across lanes) with every reflector kept
+ * in shared memory: one thread block per matrix, or a cluster of `cluster` = 2 blocks that split its
+ * columns. */
+#define QR2_REGISTER_QR_MAX 256
 /* Whether m x n matrices fit the registers and shared memory (smem_optin bytes per block) of one block
  * (cluster 1) or of a 2-block cluster. */
 int qr2_register_qr_supported(int64_t m, int64_t n, int cluster, int smem_optin);
-int qr2_register_qr(const qr2_register_qr_args* args, int cluster, int device, void* stream);
+int qr2_register_qr(const qr2_whole_qr_args* args, int cluster, int device, void* stream);
 
 /* An empty kernel, launched the way every route launches: measures the floor of a call. */
 int qr2_launch_empty(void* stream);

@@ -85,13 +85,6 @@ __device__ __forceinline__ void bar_wait(uint64_t* bar) {
                      : "=r"(done) : "r"(smem_addr(bar)) : "memory");
 }
 
-template <typename T>
-__device__ __forceinline__ T warp_allsum(T x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(FULL, x, off);
-    return x;
-}
-
 // Warp-wide sums of the 8 per-lane partials d[c], returned in d on every lane: reduce-scatter (lane l
 // ends with the sum of slot (l >> 2) & 7), then a broadcast from lanes 0, 4, ..., 28.
 __device__ __forceinline__ void strip_sums(float (&d)[STRIP], int lane) {
@@ -135,7 +128,7 @@ __device__ __forceinline__ void apply_one(const float (&v)[RL], float tau, float
 #pragma unroll
     for (int i = 0; i < RL; ++i)
         if (32 * i + 31 >= r) d = fmaf(v[i], xc[i], d);
-    const float s = tau * warp_allsum(d);
+    const float s = tau * warp_sum(d);
 #pragma unroll
     for (int i = 0; i < RL; ++i)
         if (32 * i + 31 >= r) xc[i] = fmaf(-s, v[i], xc[i]);
@@ -157,27 +150,23 @@ __device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], 
         tail |= 32 * i > rel && x[i] != 0.f;
         alpha = 32 * i == rel ? x[i] : alpha;
     }
-    ss = warp_allsum(ss);
+    ss = warp_sum(ss);
     alpha = __shfl_sync(FULL, alpha, r & 31);
     const bool reflect = __any_sync(FULL, tail);  // else tau = 0 and the column stays as it is (LAPACK)
     float beta = alpha, tau = 0.f, scal = 0.f;
     double scal64 = 0.0;
     const bool tiny = reflect && !(ss >= 0x1p-100f);
     if (reflect && !tiny) {
-        const float norm = sqrtf(fmaf(alpha, alpha, ss));
-        beta = alpha >= 0.f ? -norm : norm;
-        tau = (beta - alpha) / beta;
-        scal = 1.f / (alpha - beta);
+        householder_scalars(alpha, ss, beta, tau, scal);
     } else if (tiny) {  // FP64: squares of FP32 values neither overflow nor underflow
         double ss64 = 0.0;
 #pragma unroll
         for (int i = 0; i < RL; ++i)
             if (32 * i > rel) ss64 = fma((double)x[i], (double)x[i], ss64);
-        ss64 = warp_allsum(ss64);
-        const double al = alpha, norm = sqrt(fma(al, al, ss64)), be = al >= 0.0 ? -norm : norm;
-        beta = (float)be;
-        tau = (float)((be - al) / be);
-        scal64 = 1.0 / (al - be);
+        double beta64, tau64;
+        householder_scalars((double)alpha, warp_sum(ss64), beta64, tau64, scal64);
+        beta = (float)beta64;
+        tau = (float)tau64;
     }
 #pragma unroll
     for (int i = 0; i < RL; ++i) {
@@ -195,7 +184,7 @@ __device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], 
 }
 
 template <int RL, int C>
-__global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(qr2_register_qr_args a) {
+__global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(qr2_whole_qr_args a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int m = a.m, n = a.n, K = m < n ? m : n;
     const Layout lay = layout(K, RL);
@@ -311,7 +300,7 @@ int rows_per_lane(int64_t m) { return m <= 256 ? (int)((m + 31) / 32) : 0; }
 int warps_per_block(int64_t n, int cluster) { return (int)(((n + STRIP - 1) / STRIP + cluster - 1) / cluster); }
 
 template <int RL, int C>
-int launch(const qr2_register_qr_args* a, void* stream) {
+int launch(const qr2_whole_qr_args* a, void* stream) {
     const int K = a->m < a->n ? a->m : a->n;
     const int bytes = layout(K, RL).bytes;
     if (qr2_allow_smem(register_qr_kernel<RL, C>, bytes, "register_qr: cudaFuncSetAttribute")) return 1;
@@ -333,7 +322,7 @@ int launch(const qr2_register_qr_args* a, void* stream) {
 }
 
 template <int C>
-int launch_rows(const qr2_register_qr_args* a, void* stream) {
+int launch_rows(const qr2_whole_qr_args* a, void* stream) {
     switch (rows_per_lane(a->m)) {
         case 1: return launch<1, C>(a, stream);
         case 2: return launch<2, C>(a, stream);
@@ -355,7 +344,7 @@ extern "C" int qr2_register_qr_supported(int64_t m, int64_t n, int cluster, int 
     return warps_per_block(n, cluster) <= max_warps(RL, cluster) && layout((int)K, RL).bytes <= smem_optin;
 }
 
-extern "C" int qr2_register_qr(const qr2_register_qr_args* a, int cluster, int device, void* stream) {
+extern "C" int qr2_register_qr(const qr2_whole_qr_args* a, int cluster, int device, void* stream) {
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
     int smem_optin = 0;
     if (qr2_cuda_smem_optin(device, &smem_optin)) return 1;

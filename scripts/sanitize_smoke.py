@@ -5,11 +5,18 @@ import qr2_op  # noqa: F401
 
 CASES = [(4, 32, 32), (2, 176, 176), (2, 40, 120), (3, 100, 37), (2, 224, 200), (2, 256, 128), (2, 300, 300), (1, 200, 1100), (1, 1300, 1200), (1, 70000, 3)]
 
-for batch, m, n in CASES:
+# forced routes: shapes the table sends elsewhere at these batch sizes
+FORCED = [("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_columns", 3, 90, 20),
+          ("warp_columns", 300, 40, 40)]
+
+for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
     A = torch.randn(batch, m, n, device="cuda")
+    A[..., :, n // 2] *= 1e-30  # a column for the FP64 path
+    qr2_op._force_route(route)
     H, tau = torch.ops.qr2.geqrf(A)
+    qr2_op._force_route(None)
     torch.cuda.synchronize()
     k = min(m, n)
     Q = torch.linalg.householder_product(H[..., :k], tau)
     err = (Q @ torch.triu(H)[..., :k, :] - A).abs().max().item()
-    print(f"{batch}x{m}x{n} route={qr2_op.route_for(m, n)} max|QR-A|={err:.2e}", flush=True)
+    print(f"{batch}x{m}x{n} route={route or qr2_op.route_for(m, n)} max|QR-A|={err:.2e}", flush=True)

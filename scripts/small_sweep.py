@@ -62,7 +62,7 @@ def main():
             A = torch.randn(batch, n, n, device="cuda")
             row = {"batch": batch, "n": n, "table": qr2_op.route_for(n, n, batch), "us": {}}
             for r in routes:
-                runs = n <= {"registers": 192, "registers_cluster2": 256}.get(r, n)  # square shapes each can hold
+                runs = n <= {"warp_columns": 64, "registers": 192, "registers_cluster2": 256}.get(r, n)  # square shapes each can hold
                 row["us"][r] = per_call_us(forced(r), A) if runs else None
             row["us"]["table"] = per_call_us(torch.ops.qr2.geqrf, A)
             if not args.no_torch:

@@ -1,0 +1,168 @@
+"""cuda/warp_qr.cu: whole small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64) factored by one warp,
+a lane per column (route `warp_columns`, forced here so that every case reaches the kernel)."""
+import pytest
+import torch
+
+import qr2_op
+from conftest import requires_cuda
+from reference import CASE_NAMES, check_implementation, generate_input
+
+pytestmark = requires_cuda
+
+ROUTE = "warp_columns"
+
+
+def holds(m, n):
+    return (n <= 32 and m <= 96) or (n <= 64 and m <= 64)
+
+
+@pytest.fixture(autouse=True)
+def forced():
+    qr2_op._force_route(ROUTE)
+    yield
+    qr2_op._force_route(None)
+
+
+def factor(A):
+    return torch.ops.qr2.geqrf(A)
+
+
+def check(A, out=None):
+    ok, msg = check_implementation(A, factor(A) if out is None else out)
+    assert ok, msg
+
+
+def test_the_table_sends_large_batches_here():
+    qr2_op._force_route(None)
+    for m, n in [(32, 32), (20, 32), (64, 64), (1, 64), (96, 32), (50, 40)]:
+        assert holds(m, n) and qr2_op.route_for(m, n, 1000) == ROUTE, (m, n)
+        assert qr2_op.route_for(m, n, 640) != ROUTE, (m, n)  # `registers` measured faster below 1000
+    for m, n in [(1, 1), (64, 31), (65, 64), (97, 32), (96, 33), (256, 1), (96, 96)]:  # n < 32 or too large
+        assert qr2_op.route_for(m, n, 1000) != ROUTE, (m, n)
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+@pytest.mark.parametrize("n", [32, 64], ids=lambda n: f"n{n}")
+def test_every_profile(n, case):
+    for cond in (1, 1000):  # 1000: columns fall below FP32's range (subnormal and zero columns)
+        check(generate_input(batch=12, n=n, cond=cond, seed=n + len(case), case=case))
+
+
+SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64)] + [
+    (96, 32), (96, 1), (90, 31), (95, 17), (65, 32), (33, 64), (64, 33), (1, 64), (64, 1), (2, 9), (9, 2),
+    (5, 64), (40, 50), (50, 40), (96, 7), (77, 32)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_shapes(shape):
+    assert holds(*shape)
+    check(torch.randn(5, *shape, device="cuda"))
+
+
+@pytest.mark.parametrize("batch", [1, 20, 132, 133, 264, 265, 640, 1000])
+def test_batch_sizes(batch):  # 132 / 264: the warps per block change there
+    check(torch.randn(batch, 32, 32, device="cuda"))
+    check(torch.randn(batch, 60, 40, device="cuda"))
+
+
+def test_strided_inputs_are_read_in_place():
+    base = torch.randn(6, 5, 70, 50, device="cuda")
+    for A in (base[..., :50, :].transpose(-1, -2), base[:, :, ::2, 1:], base.permute(1, 0, 2, 3)[..., :64, :],
+              base[0, :, :64, :64], torch.randn(1, 30, 30, device="cuda").expand(4, 30, 30),
+              base.transpose(0, 1)[::2, :, :33, :]):
+        before = A.clone()
+        check(A)
+        assert torch.equal(A, before)  # never modified
+
+
+def test_lapack_conventions_match_torch():
+    n = 48
+    A = (torch.randn(4, n, n, device="cuda", dtype=torch.float64) + n ** 0.5 * torch.eye(n, device="cuda",
+                                                                                          dtype=torch.float64)).float()
+    H, tau = factor(A)
+    Hr, taur = torch.geqrf(A)
+    torch.testing.assert_close(H, Hr, rtol=2e-3, atol=2e-3)  # the factorisation is unique: all of H agrees
+    torch.testing.assert_close(tau, taur, rtol=2e-3, atol=2e-3)
+    assert torch.all(tau[:, -1] == 0)
+
+
+def test_zero_and_triangular_inputs():
+    H, tau = factor(torch.zeros(3, 40, 40, device="cuda"))
+    assert torch.all(H == 0) and torch.all(tau == 0)
+    A = torch.randn(3, 90, 30, device="cuda")
+    A[:, :, 0] = 0
+    A[:, :, 17] = 0
+    H, tau = factor(A)
+    assert torch.all(tau[:, 0] == 0) and torch.all(tau[:, 17] == 0)
+    check(A, (H, tau))
+    U = torch.triu(torch.randn(3, 64, 64, device="cuda")) + 3 * torch.eye(64, device="cuda")
+    H, tau = factor(U)
+    assert torch.all(tau == 0) and torch.equal(H, U)  # nothing to annihilate: H is U, bit for bit
+
+
+@pytest.mark.parametrize("scale", [1e-38, 1e-30, 1e30, 1e36], ids=str)
+def test_tiny_and_huge_values(scale):
+    A = torch.randn(2, 60, 60, device="cuda")
+    H, tau = factor(A * scale)
+    Href, tauref = factor(A)
+    assert torch.isfinite(H).all() and torch.isfinite(tau).all()
+    # power-of-two scaling inside the kernel: R scales with A, the reflectors and tau do not move
+    torch.testing.assert_close(torch.triu(H) / scale, torch.triu(Href), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.tril(H, -1), torch.tril(Href, -1), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(tau, tauref, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_scaled_over_many_decades():
+    check(torch.randn(4, 64, 64, device="cuda") * torch.logspace(-15, 15, 64, device="cuda")[:, None])
+    check(torch.randn(4, 96, 32, device="cuda") * torch.logspace(-15, 15, 96, device="cuda")[:, None])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
+def test_nan_and_inf_stay_in_their_matrix(bad):
+    A = torch.randn(300, 64, 64, device="cuda")  # 300: several matrices share a block
+    A[1, 9, 4] = bad
+    H, tau = factor(A)
+    torch.cuda.synchronize()
+    keep = [i for i in range(300) if i != 1]
+    ok, msg = check_implementation(A[keep].contiguous(), (H[keep].contiguous(), tau[keep].contiguous()))
+    assert ok, msg
+
+
+def test_one_kernel_per_call():
+    A = torch.randn(20, 32, 32, device="cuda")
+    factor(A)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        factor(A)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "warp_qr_kernel" in kernels[0], kernels
+
+
+def test_side_stream_and_cuda_graph():
+    A = torch.randn(20, 32, 32, device="cuda")
+    expected = factor(A)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = factor(A)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        captured = factor(A)
+    A.copy_(torch.randn_like(A))
+    g.replay()
+    torch.cuda.synchronize()
+    fresh = factor(A)
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+
+
+def test_repeatable_bit_for_bit():
+    """Reflectors pass between lanes through shared memory (double-buffered, one __syncwarp each); a missed
+    synchronisation would show up as run-to-run differences."""
+    A = torch.randn(300, 64, 64, device="cuda")
+    H0, tau0 = factor(A)
+    for _ in range(10):
+        H, tau = factor(A)
+        assert torch.equal(H, H0) and torch.equal(tau, tau0)
