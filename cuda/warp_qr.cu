@@ -51,17 +51,23 @@ __device__ __forceinline__ void store_column(const float (&a)[MR], float* col, i
 }
 
 // a -= tau_u (u . a) u over rows >= r; u is the owner's column, zero above r within r's group of four
-// (groups wholly above r are skipped). With NEXT, returns the updated a's sum of squares below row
+// (groups wholly above r are skipped), and u_r comes as an argument. With NEXT, returns the updated a's sum of squares below row
 // r + 1: the next reflector's tail, which its owner needs (every lane computes its own; SIMT makes
 // that free).
 template <int MR, bool NEXT>
-__device__ __forceinline__ float apply_reflector(float (&a)[MR], const float* u, float tau_u, int r) {
+__device__ __forceinline__ float apply_reflector(float (&a)[MR], const float* u, float u_r, float tau_u, int r) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     float4 w[MR / 4];
 #pragma unroll
     for (int g = 0; g < MR; g += 4) {
         if ((g | 3) < r) continue;
         w[g / 4] = reinterpret_cast<const float4*>(u)[g / 4];
+        if (g <= r) {  // u_r is not in shared memory (the column still holds alpha there): every lane has it
+            w[g / 4].x = g == r ? u_r : w[g / 4].x;
+            w[g / 4].y = g + 1 == r ? u_r : w[g / 4].y;
+            w[g / 4].z = g + 2 == r ? u_r : w[g / 4].z;
+            w[g / 4].w = g + 3 == r ? u_r : w[g / 4].w;
+        }
         d[0] = fmaf(w[g / 4].x, a[g], d[0]);
         d[1] = fmaf(w[g / 4].y, a[g + 1], d[1]);
         d[2] = fmaf(w[g / 4].z, a[g + 2], d[2]);
@@ -128,7 +134,7 @@ __global__ void __launch_bounds__(128) warp_qr_kernel(qr2_whole_qr_args a) {
     // registers are never indexed at run time). Every lane computes its scalars from the owner's alpha
     // (its published column) and tail sum of squares (a shuffle), so nothing else is broadcast. It is
     // applied unscaled: u = the column with u_r = alpha - beta, tau_u = tau / (alpha - beta)^2; the owner
-    // zeroes the rows above r in u's first group and writes u_r, and its own scaling is deferred to the
+    // zeroes the rows above r in u's first group (u_r = dd every lane holds), its own scaling is deferred to the
     // output (scale[p]), its diagonal kept (diag[p]). Every lane then applies it to its columns right of
     // r and publishes them again.
     float diag[CPL], scale[CPL], tau_mine[CPL];
@@ -178,22 +184,22 @@ __global__ void __launch_bounds__(128) warp_qr_kernel(qr2_whole_qr_args a) {
                 }
                 dd = 1.f;
             }
-            if (own) {  // u above r in r's group of four reads as zero; u_r
+            if (own) {  // u above r in r's group of four reads as zero (nobody reads those rows before the
+                        // next __syncwarp; u_r itself stays alpha, read above, and is passed as dd)
                 const int g0 = r & ~3;
                 if (g0 + 0 < r) u[g0] = 0.f;
                 if (g0 + 1 < r) u[g0 + 1] = 0.f;
                 if (g0 + 2 < r) u[g0 + 2] = 0.f;
-                u[r] = dd;
                 diag[p] = beta;
                 tau_mine[p] = tau;
             }
             __syncwarp();
             const bool right = lane > owner;
-            ss = apply_reflector<MR, true>(x[p], u, right ? tau_u : 0.f, r);
+            ss = apply_reflector<MR, true>(x[p], u, dd, right ? tau_u : 0.f, r);
             if (right) store_column(x[p], tile + (lane + 32 * p) * S::LD, r + 1);
 #pragma unroll
             for (int k = p + 1; k < CPL; ++k) {
-                apply_reflector<MR, false>(x[k], u, tau_u, r);
+                apply_reflector<MR, false>(x[k], u, dd, tau_u, r);
                 store_column(x[k], tile + (lane + 32 * k) * S::LD, r + 1);
             }
         }
