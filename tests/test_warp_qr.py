@@ -4,8 +4,10 @@ import pytest
 import torch
 
 import qr2_op
+import whole_matrix
 from conftest import requires_cuda
-from reference import CASE_NAMES, check_implementation, generate_input
+from reference import CASE_NAMES, generate_input
+from whole_matrix import check
 
 pytestmark = requires_cuda
 
@@ -21,15 +23,6 @@ def forced():
     qr2_op._force_route(ROUTE)
     yield
     qr2_op._force_route(None)
-
-
-def factor(A):
-    return torch.ops.qr2.geqrf(A)
-
-
-def check(A, out=None):
-    ok, msg = check_implementation(A, factor(A) if out is None else out)
-    assert ok, msg
 
 
 def test_the_table_sends_large_batches_here():
@@ -76,40 +69,16 @@ def test_strided_inputs_are_read_in_place():
 
 
 def test_lapack_conventions_match_torch():
-    n = 48
-    A = (torch.randn(4, n, n, device="cuda", dtype=torch.float64) + n ** 0.5 * torch.eye(n, device="cuda",
-                                                                                          dtype=torch.float64)).float()
-    H, tau = factor(A)
-    Hr, taur = torch.geqrf(A)
-    torch.testing.assert_close(H, Hr, rtol=2e-3, atol=2e-3)  # the factorisation is unique: all of H agrees
-    torch.testing.assert_close(tau, taur, rtol=2e-3, atol=2e-3)
-    assert torch.all(tau[:, -1] == 0)
+    whole_matrix.lapack_conventions_match_torch(48)
 
 
 def test_zero_and_triangular_inputs():
-    H, tau = factor(torch.zeros(3, 40, 40, device="cuda"))
-    assert torch.all(H == 0) and torch.all(tau == 0)
-    A = torch.randn(3, 90, 30, device="cuda")
-    A[:, :, 0] = 0
-    A[:, :, 17] = 0
-    H, tau = factor(A)
-    assert torch.all(tau[:, 0] == 0) and torch.all(tau[:, 17] == 0)
-    check(A, (H, tau))
-    U = torch.triu(torch.randn(3, 64, 64, device="cuda")) + 3 * torch.eye(64, device="cuda")
-    H, tau = factor(U)
-    assert torch.all(tau == 0) and torch.equal(H, U)  # nothing to annihilate: H is U, bit for bit
+    whole_matrix.zero_and_triangular_inputs(90, 30, [0, 17])
 
 
 @pytest.mark.parametrize("scale", [1e-38, 1e-30, 1e30, 1e36], ids=str)
 def test_tiny_and_huge_values(scale):
-    A = torch.randn(2, 60, 60, device="cuda")
-    H, tau = factor(A * scale)
-    Href, tauref = factor(A)
-    assert torch.isfinite(H).all() and torch.isfinite(tau).all()
-    # power-of-two scaling inside the kernel: R scales with A, the reflectors and tau do not move
-    torch.testing.assert_close(torch.triu(H) / scale, torch.triu(Href), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(torch.tril(H, -1), torch.tril(Href, -1), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(tau, tauref, rtol=1e-4, atol=1e-4)
+    whole_matrix.tiny_and_huge_values(60, scale)
 
 
 def test_rows_scaled_over_many_decades():
@@ -119,50 +88,18 @@ def test_rows_scaled_over_many_decades():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
 def test_nan_and_inf_stay_in_their_matrix(bad):
-    A = torch.randn(300, 64, 64, device="cuda")  # 300: several matrices share a block
-    A[1, 9, 4] = bad
-    H, tau = factor(A)
-    torch.cuda.synchronize()
-    keep = [i for i in range(300) if i != 1]
-    ok, msg = check_implementation(A[keep].contiguous(), (H[keep].contiguous(), tau[keep].contiguous()))
-    assert ok, msg
+    whole_matrix.nan_and_inf_stay_in_their_matrix(300, 64, bad)  # 300: several matrices share a block
 
 
 def test_one_kernel_per_call():
-    A = torch.randn(20, 32, 32, device="cuda")
-    factor(A)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        factor(A)
-        torch.cuda.synchronize()
-    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert len(kernels) == 1 and "warp_qr_kernel" in kernels[0], kernels
+    whole_matrix.one_kernel_per_call((20, 32, 32), "warp_qr_kernel")
 
 
 def test_side_stream_and_cuda_graph():
-    A = torch.randn(20, 32, 32, device="cuda")
-    expected = factor(A)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        got = factor(A)
-    torch.cuda.current_stream().wait_stream(side)
-    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        captured = factor(A)
-    A.copy_(torch.randn_like(A))
-    g.replay()
-    torch.cuda.synchronize()
-    fresh = factor(A)
-    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+    whole_matrix.side_stream_and_cuda_graph((20, 32, 32))
 
 
 def test_repeatable_bit_for_bit():
-    """Reflectors pass between lanes through shared memory (double-buffered, one __syncwarp each); a missed
+    """Reflectors pass between lanes through shared memory, ordered by __syncwarp only; a missed
     synchronisation would show up as run-to-run differences."""
-    A = torch.randn(300, 64, 64, device="cuda")
-    H0, tau0 = factor(A)
-    for _ in range(10):
-        H, tau = factor(A)
-        assert torch.equal(H, H0) and torch.equal(tau, tau0)
+    whole_matrix.repeatable_bit_for_bit((300, 64, 64))

@@ -1,0 +1,95 @@
+"""Checks shared by the tests of the whole-matrix kernels (test_register_qr.py, test_warp_qr.py): each test file
+forces its route and calls these with shapes its kernel holds."""
+import torch
+
+from reference import check_implementation
+
+
+def factor(A):
+    return torch.ops.qr2.geqrf(A)
+
+
+def check(A, out=None):
+    ok, msg = check_implementation(A, factor(A) if out is None else out)
+    assert ok, msg
+
+
+def lapack_conventions_match_torch(n, device="cuda"):
+    A = (torch.randn(4, n, n, device=device, dtype=torch.float64) + n ** 0.5 * torch.eye(n, device=device,
+                                                                                          dtype=torch.float64)).float()
+    H, tau = factor(A)
+    Hr, taur = torch.geqrf(A)
+    torch.testing.assert_close(H, Hr, rtol=2e-3, atol=2e-3)  # the factorisation is unique: all of H agrees
+    torch.testing.assert_close(tau, taur, rtol=2e-3, atol=2e-3)
+    assert torch.all(tau[:, -1] == 0)
+
+
+def zero_and_triangular_inputs(m, n, zero_cols, device="cuda"):
+    H, tau = factor(torch.zeros(3, 40, 40, device=device))
+    assert torch.all(H == 0) and torch.all(tau == 0)
+    A = torch.randn(3, m, n, device=device)
+    A[:, :, zero_cols] = 0
+    H, tau = factor(A)
+    assert torch.all(tau[:, zero_cols] == 0)
+    check(A, (H, tau))
+    U = torch.triu(torch.randn(3, n, n, device=device)) + 3 * torch.eye(n, device=device)
+    H, tau = factor(U)
+    assert torch.all(tau == 0) and torch.equal(H, U)  # nothing to annihilate: H is U, bit for bit
+
+
+def tiny_and_huge_values(n, scale, device="cuda"):
+    A = torch.randn(2, n, n, device=device)
+    H, tau = factor(A * scale)
+    Href, tauref = factor(A)
+    assert torch.isfinite(H).all() and torch.isfinite(tau).all()
+    # power-of-two scaling inside the kernels: R scales with A, the reflectors and tau do not move
+    torch.testing.assert_close(torch.triu(H) / scale, torch.triu(Href), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.tril(H, -1), torch.tril(Href, -1), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(tau, tauref, rtol=1e-4, atol=1e-4)
+
+
+def nan_and_inf_stay_in_their_matrix(batch, n, bad, device="cuda"):
+    A = torch.randn(batch, n, n, device=device)
+    A[1, 9, 4] = bad
+    H, tau = factor(A)
+    keep = [i for i in range(batch) if i != 1]
+    ok, msg = check_implementation(A[keep].contiguous(), (H[keep].contiguous(), tau[keep].contiguous()))
+    assert ok, msg
+
+
+def one_kernel_per_call(shape, kernel):
+    A = torch.randn(*shape, device="cuda")
+    factor(A)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        factor(A)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and kernel in kernels[0], kernels
+
+
+def side_stream_and_cuda_graph(shape):
+    A = torch.randn(*shape, device="cuda")
+    expected = factor(A)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = factor(A)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        captured = factor(A)
+    A.copy_(torch.randn_like(A))
+    g.replay()
+    torch.cuda.synchronize()
+    fresh = factor(A)
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+
+
+def repeatable_bit_for_bit(shape, device="cuda"):
+    A = torch.randn(*shape, device=device)
+    H0, tau0 = factor(A)
+    for _ in range(10):
+        H, tau = factor(A)
+        assert torch.equal(H, H0) and torch.equal(tau, tau0)
