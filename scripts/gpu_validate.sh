@@ -20,3 +20,5 @@ timeout 200 python3 benchmark.py --mode benchmark --compare --max-repeats 3 --to
 timeout 200 python3 scripts/small_sweep.py --n 8:256:8 --batches 1,20,40,640 --json-out "$OUT/small_sweep.json" \
   > "$OUT/small_sweep.log" 2>&1; head -3 "$OUT/small_sweep.log"
 timeout 90 compute-sanitizer --tool memcheck python3 scripts/sanitize_smoke.py > "$OUT/memcheck.log" 2>&1; tail -2 "$OUT/memcheck.log"
+timeout 120 compute-sanitizer --tool racecheck --kernel-name regex:warp_qr python3 scripts/sanitize_smoke.py > "$OUT/racecheck_warp.log" 2>&1; tail -2 "$OUT/racecheck_warp.log"
+timeout 90 python3 scripts/host_path.py --json-out "$OUT/host_path.json" > "$OUT/host_path.log" 2>&1; grep "table route: graph" "$OUT/host_path.log"

@@ -6,6 +6,7 @@ path shows the host path. The `empty_kernel` pseudo-route gives the floor of a c
     python scripts/small_sweep.py --json-out sweep.json [--n 8:256:8] [--batches 1,20,40,640]
 """
 import argparse
+import contextlib
 import json
 import statistics
 
@@ -29,14 +30,14 @@ def per_call_us(fn, x, calls=10, bursts=5):
     return statistics.median(times)
 
 
+@contextlib.contextmanager
 def forced(route):
-    def run(x):
-        qr2_op._force_route(route)
-        try:
-            return torch.ops.qr2.geqrf(x)
-        finally:
-            qr2_op._force_route(None)
-    return run
+    """Every call inside goes to `route` (set once, outside the timed calls: the switch costs host time)."""
+    qr2_op._force_route(route)
+    try:
+        yield
+    finally:
+        qr2_op._force_route(None)
 
 
 def main():
@@ -50,9 +51,11 @@ def main():
     lo, hi, step = (int(v) for v in args.n.split(":"))
     routes = args.routes.split(",")
     x = torch.randn(20, 32, 32, device="cuda")
-    floor = {"empty_kernel": per_call_us(forced("empty_kernel"), x, calls=200)}
-    with torch.inference_mode():
-        floor["empty_kernel_inference_mode"] = per_call_us(forced("empty_kernel"), x, calls=200)
+    op = torch.ops.qr2.geqrf.default
+    with forced("empty_kernel"):
+        floor = {"empty_kernel": per_call_us(op, x, calls=200)}
+        with torch.inference_mode():
+            floor["empty_kernel_inference_mode"] = per_call_us(op, x, calls=200)
     print(f"floor of a call (empty kernel, same path): {floor['empty_kernel']:.2f} us "
           f"({floor['empty_kernel_inference_mode']:.2f} us in inference_mode)", flush=True)
     rows = []
@@ -63,8 +66,9 @@ def main():
             row = {"batch": batch, "n": n, "table": qr2_op.route_for(n, n, batch), "us": {}}
             for r in routes:
                 runs = n <= {"warp_columns": 64, "registers": 192, "registers_cluster2": 256}.get(r, n)  # square shapes each can hold
-                row["us"][r] = per_call_us(forced(r), A) if runs else None
-            row["us"]["table"] = per_call_us(torch.ops.qr2.geqrf, A)
+                with forced(r):
+                    row["us"][r] = per_call_us(op, A) if runs else None
+            row["us"]["table"] = per_call_us(op, A)
             if not args.no_torch:
                 row["us"]["torch"] = per_call_us(torch.geqrf, A, calls=1, bursts=1 if batch * n > 20000 else 3)
             rows.append(row)
