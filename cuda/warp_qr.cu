@@ -1,15 +1,18 @@
-// warp_qr.cu - Householder QR of small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64), one warp per matrix and one lane per
-// column: lane l holds columns l and l + 32 (CPL of them) whole, MR rows each, in registers.
+// warp_qr.cu - Householder QR of small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64), one warp per
+// matrix and one lane per column: lane l holds columns l and l + 32 (CPL of them) whole, MR rows each, in
+// registers.
 //
 // Why lanes own columns here: with rows across lanes (register_qr.cu) every reflector costs ~25 dependent
-// warp shuffles (norm, look-ahead dot, the strip's dots), about 1,100 cycles. With columns in lanes the
-// dots v . a_c are a lane's own FMAs and the only cross-lane step is publishing the reflector: the owner
-// lane writes its column to shared memory (float4 stores), one __syncwarp, and every lane reads it back
-// as broadcasts. The owner's work between two reflectors is kept to slarfg's scalars: its tail's sum of
-// squares comes out of the previous update (every lane computes its own; SIMT makes that free), and the
-// reflector is published unscaled (u = alpha - beta at the diagonal, tau' = tau / (alpha - beta)^2), the
-// column's scaling deferred to the output. Rows wholly above the reflector are skipped in groups of four
-// (the row index is warp-uniform, so the skips are uniform branches).
+// warp shuffles (norm, look-ahead dot, the strip's dots). With columns in lanes the dots v . a_c are a
+// lane's own FMAs, and the only cross-lane steps are the owner's tail sum of squares (one shuffle) and
+// its column, which every lane reads from shared memory as broadcasts (each lane republishes its column
+// there after every update). Every lane computes slarfg's scalars from those, so nothing else moves; the
+// reflector is applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) and the owner's
+// scaling is deferred to the output. Two __syncwarp per reflector order it. Rows wholly above the
+// reflector are skipped in groups of four (the row index is warp-uniform: uniform branches).
+//
+// Measured (H200, docs/WORKLOG.md): ~900 cycles per reflector with one warp per SM (latency-bound), so
+// the route table uses it only for large batches, where four matrices share a block.
 //
 // H (column-major) is staged through shared memory so that its writes are coalesced.
 // As in register_qr.cu the matrix is scaled by a power of two to max|a| in [0.5, 1) (exact), and a
@@ -51,9 +54,9 @@ __device__ __forceinline__ void store_column(const float (&a)[MR], float* col, i
 }
 
 // a -= tau_u (u . a) u over rows >= r; u is the owner's column, zero above r within r's group of four
-// (groups wholly above r are skipped), and u_r comes as an argument. With NEXT, returns the updated a's sum of squares below row
-// r + 1: the next reflector's tail, which its owner needs (every lane computes its own; SIMT makes
-// that free).
+// (groups wholly above r are skipped), and u_r comes as an argument. With NEXT, returns the updated a's
+// sum of squares below row r + 1: the next reflector's tail, which its owner needs (every lane computes
+// its own; SIMT makes that free).
 template <int MR, bool NEXT>
 __device__ __forceinline__ float apply_reflector(float (&a)[MR], const float* u, float u_r, float tau_u, int r) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
@@ -133,10 +136,10 @@ __global__ void __launch_bounds__(128) warp_qr_kernel(qr2_whole_qr_args a) {
     // Reflector r is LAPACK slarfg's on column r (lane r & 31, slot p = r / 32; p compile-time, so that
     // registers are never indexed at run time). Every lane computes its scalars from the owner's alpha
     // (its published column) and tail sum of squares (a shuffle), so nothing else is broadcast. It is
-    // applied unscaled: u = the column with u_r = alpha - beta, tau_u = tau / (alpha - beta)^2; the owner
-    // zeroes the rows above r in u's first group (u_r = dd every lane holds), its own scaling is deferred to the
-    // output (scale[p]), its diagonal kept (diag[p]). Every lane then applies it to its columns right of
-    // r and publishes them again.
+    // applied unscaled: u = the column with u_r = alpha - beta (dd, which every lane holds),
+    // tau_u = tau / (alpha - beta)^2; the owner zeroes the rows above r in u's first group, defers its own
+    // scaling to the output (scale[p]) and keeps its diagonal (diag[p]). Every lane then applies it to
+    // its columns right of r and publishes them again.
     float diag[CPL], scale[CPL], tau_mine[CPL];
     bool tiny[CPL];
 #pragma unroll
