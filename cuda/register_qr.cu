@@ -1,22 +1,26 @@
 // register_qr.cu - Householder QR of whole small matrices held in registers: one thread block per matrix,
-// or a cluster of two blocks that split its columns. One launch does all of it: load (any strides),
+// or a cluster of two blocks that share its columns. One launch does all of it: load (any strides),
 // factor, write H and tau.
 //
-// Layout: warp w owns an 8-column strip; lane l holds rows l, l+32, ... (RL per lane, m <= 32 RL) of
-// its 8 columns. Every reflector stays in shared memory once built (lane-major, so reads are free of
-// bank conflicts), and each has an mbarrier that completes when it is published. A warp applies, in
-// order, every reflector built to its left (waiting on that reflector's mbarrier only: there is no
-// block-wide barrier in the factorisation), then factors its own strip column by column: build
-// reflector r from column r (LAPACK slarfg), publish it, apply it to the strip's remaining columns.
-// In a 2-block cluster the first block holds the left strips and publishes its reflectors into both
-// blocks' shared memory through distributed shared memory. Every producer lane release-arrives on the
-// mbarriers (count 32) after its own stores. The second block never needs to publish to the first.
-// Applying a reflector to a strip needs the 8 dots v . a_c: a butterfly reduce-scatter over the warp
-// (7 + 2 shuffles), a broadcast of the 8 sums (8 shuffles), then a_c -= (tau w_c) v. Register rows
-// that lie wholly above the reflector's diagonal are skipped.
-// The matrix is first scaled by a power of two (exact) to max|a| in [0.5, 1), so the FP32 dots cannot
-// overflow; R is scaled back on the way out. A column so small that its squares lose precision in FP32
-// (1e-15 of the matrix, or subnormal) gets its norm and scalars in FP64.
+// Layout: the matrix's G warps (G = blocks x warps per block) own its columns cyclically: warp g holds
+// columns g, g + G, g + 2G, ... (C of them); lane l holds rows l, l + 32, ... (RL per lane). Every
+// reflector stays in shared memory once built (lane-major, so reads are free of bank conflicts), and
+// each has an mbarrier that completes when it is published; in a cluster the producer writes it, and
+// arrives, in both blocks' shared memory (distributed shared memory). There is no block-wide barrier in
+// the factorisation: each warp applies the reflectors in order as they appear.
+//
+// Why cyclic columns: the chain of reflectors is the critical path. Column r + 1's owner gets reflector r,
+// applies it to column r + 1 first, builds and publishes reflector r + 1 at once, and only then applies r
+// to its other columns; those are not needed for G more reflectors, so that work (and every other warp's)
+// overlaps the chain instead of lengthening it. A chain step is one warp reduction: the dot v . a that
+// updates the column is reduced together with the sums that give the updated column's tail norm by
+// expansion (||a - s v||^2 = ||a||^2 - 2 s v.a + s^2 ||v||^2, over the tail). The expansion is kept only
+// when it lost at most two bits to cancellation; otherwise (and for tails so small that FP32 squares lose
+// precision) the norm is reduced again directly, from the updated column.
+//
+// The matrix is first scaled by a power of two (exact) to max|a| in [0.5, 1), so FP32 sums of squares
+// cannot overflow; R is scaled back on the way out. A column whose tail squares sum below 2^-100 gets its
+// norm and scalars in FP64.
 #include <cooperative_groups.h>
 #include <float.h>
 
@@ -26,11 +30,10 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-constexpr int STRIP = 8;  // columns per warp
 constexpr unsigned FULL = 0xffffffffu;
 
-// Registers per thread: 8 RL for the strip plus ~40 others (~48 in a cluster: remote addresses).
-__host__ __device__ constexpr int regs_per_thread(int RL, int C) { return (8 * RL + 32 + 8 * C + 7) / 8 * 8; }
+// Registers per thread: the C x RL block, this lane's rows of one reflector, C dots, ~36 others.
+__host__ __device__ constexpr int regs_per_thread(int RL, int C) { return (C * RL + RL + C + 36 + 7) / 8 * 8; }
 // Warps one block may run: each of the four schedulers holds a quarter of them in its quarter
 // (16384 registers) of the register file.
 __host__ __device__ constexpr int max_warps(int RL, int C) {
@@ -85,74 +88,26 @@ __device__ __forceinline__ void bar_wait(uint64_t* bar) {
                      : "=r"(done) : "r"(smem_addr(bar)) : "memory");
 }
 
-// Warp-wide sums of the 8 per-lane partials d[c], returned in d on every lane: reduce-scatter (lane l
-// ends with the sum of slot (l >> 2) & 7), then a broadcast from lanes 0, 4, ..., 28.
-__device__ __forceinline__ void strip_sums(float (&d)[STRIP], int lane) {
-    butterfly_scatter_round<4, 16>(d, lane);
-    butterfly_scatter_round<2, 8>(d, lane);
-    butterfly_scatter_round<1, 4>(d, lane);
-    float s = d[0];
-    s += __shfl_xor_sync(FULL, s, 2);
-    s += __shfl_xor_sync(FULL, s, 1);
+// Warp-wide sums of N per-lane values, on every lane (xor butterflies: every lane ends with the same bits).
+template <int N>
+__device__ __forceinline__ void warp_sums(float (&s)[N]) {
 #pragma unroll
-    for (int c = 0; c < STRIP; ++c) d[c] = __shfl_sync(FULL, s, 4 * c);
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < N; ++k) s[k] += __shfl_xor_sync(FULL, s[k], off);
 }
 
-// Applies reflector r (this lane's rows of v, tau) to the strip's columns first..7 (those < ncols).
-template <int RL>
-__device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau, float (&x)[STRIP][RL], int first,
-                                                int ncols, int r, int lane) {
-    float d[STRIP];
-#pragma unroll
-    for (int c = 0; c < STRIP; ++c) {
-        d[c] = 0.f;
-#pragma unroll
-        for (int i = 0; i < RL; ++i)
-            if (32 * i + 31 >= r) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
-    }
-    strip_sums(d, lane);
-#pragma unroll
-    for (int c = 0; c < STRIP; ++c) {
-        if (c < first || c >= ncols) continue;
-        const float s = tau * d[c];
-#pragma unroll
-        for (int i = 0; i < RL; ++i)
-            if (32 * i + 31 >= r) x[c][i] = fmaf(-s, v[i], x[c][i]);
-    }
-}
+// Register i of a lane holds a row at or below r for some lane exactly when 32 i + 31 >= r (warp-uniform).
+__device__ __forceinline__ bool reaches(int i, int r) { return 32 * i + 31 >= r; }
 
-// Applies reflector r to one column only: the next column to factor, ahead of the rest of the strip.
+// Reflector p from column x (rows >= p; this lane holds rows lane + 32 i), given alpha = x[p] and the
+// tail's sum of squares ss: LAPACK slarfg. Leaves beta on the diagonal and v below it in x, this lane's
+// rows of v (1 at row p, 0 above) in v; returns tau. `reflect`: the tail has a non-zero (else tau = 0 and
+// the column stays as it is, as in LAPACK). Tails whose squares sum below 2^-100 get FP64.
 template <int RL>
-__device__ __forceinline__ void apply_one(const float (&v)[RL], float tau, float (&xc)[RL], int r) {
-    float d = 0.f;
-#pragma unroll
-    for (int i = 0; i < RL; ++i)
-        if (32 * i + 31 >= r) d = fmaf(v[i], xc[i], d);
-    const float s = tau * warp_sum(d);
-#pragma unroll
-    for (int i = 0; i < RL; ++i)
-        if (32 * i + 31 >= r) xc[i] = fmaf(-s, v[i], xc[i]);
-}
-
-// LAPACK slarfg on column x (rows >= r; this lane holds rows lane + 32 i): leaves beta on the diagonal
-// and v below it in x, and this lane's rows of v (1 at row r, 0 above) in v. Returns tau.
-// FP32 with one warp reduction; only a column whose squares lose precision in FP32 (sum below
-// 2^-100 of a matrix scaled to max 1) is redone in FP64.
-template <int RL>
-__device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], int r, int lane) {
-    const int rel = r - lane;  // register i holds row r exactly when 32 i == rel
-    float ss = 0.f, alpha = 0.f;
-    bool tail = false;
-#pragma unroll
-    for (int i = 0; i < RL; ++i) {
-        if (32 * i + 31 < r) continue;
-        ss = 32 * i > rel ? fmaf(x[i], x[i], ss) : ss;
-        tail |= 32 * i > rel && x[i] != 0.f;
-        alpha = 32 * i == rel ? x[i] : alpha;
-    }
-    ss = warp_sum(ss);
-    alpha = __shfl_sync(FULL, alpha, r & 31);
-    const bool reflect = __any_sync(FULL, tail);  // else tau = 0 and the column stays as it is (LAPACK)
+__device__ __forceinline__ float finish_reflector(float (&x)[RL], float (&v)[RL], int p, int lane, float alpha,
+                                                  float ss, bool reflect) {
+    const int rel = p - lane;  // register i holds row p exactly when 32 i == rel
     float beta = alpha, tau = 0.f, scal = 0.f;
     double scal64 = 0.0;
     const bool tiny = reflect && !(ss >= 0x1p-100f);
@@ -183,7 +138,121 @@ __device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], 
     return tau;
 }
 
+// Reflector p from column x, its tail norm reduced directly.
+template <int RL>
+__device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], int p, int lane) {
+    const int rel = p - lane;
+    float s[3] = {0.f, 0.f, 0.f};  // tail sum of squares, alpha, tail non-zeros
+#pragma unroll
+    for (int i = 0; i < RL; ++i) {
+        if (!reaches(i, p)) continue;
+        s[0] = 32 * i > rel ? fmaf(x[i], x[i], s[0]) : s[0];
+        s[1] = 32 * i == rel ? x[i] : s[1];
+        s[2] += 32 * i > rel && x[i] != 0.f ? 1.f : 0.f;
+    }
+    warp_sums(s);
+    return finish_reflector(x, v, p, lane, s[1], s[0], s[2] > 0.f);
+}
+
+// The chain step: applies reflector r (v, tau) to column x = column r + 1 and builds reflector r + 1 from it
+// (into x and vn; returns its tau), with one warp reduction when the tail-norm expansion holds.
+template <int RL>
+__device__ __forceinline__ float apply_and_reflect(const float (&v)[RL], float tau, float (&x)[RL], float (&vn)[RL],
+                                                   int r, int lane) {
+    const int p = r + 1, rel = p - lane;
+    // v . x over rows >= r; over the tail (rows > p): x.x, v.x, v.v; then x[p] and v[p]
+    float s[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < RL; ++i) {
+        if (!reaches(i, r)) continue;
+        s[0] = fmaf(v[i], x[i], s[0]);
+        const bool t = 32 * i > rel;
+        s[1] = t ? fmaf(x[i], x[i], s[1]) : s[1];
+        s[2] = t ? fmaf(v[i], x[i], s[2]) : s[2];
+        s[3] = t ? fmaf(v[i], v[i], s[3]) : s[3];
+        s[4] = 32 * i == rel ? x[i] : s[4];
+        s[5] = 32 * i == rel ? v[i] : s[5];
+    }
+    warp_sums(s);
+    const float w = tau * s[0];
+#pragma unroll
+    for (int i = 0; i < RL; ++i)
+        if (reaches(i, r)) x[i] = fmaf(-w, v[i], x[i]);
+    const float alpha = fmaf(-w, s[5], s[4]);  // the same FMA as the owning lane's update of x[p]
+    const float ss = fmaf(w, fmaf(w, s[3], -2.f * s[2]), s[1]);
+    // kept when the terms were at most 4x the result (cancellation cost <= 2 bits) and FP32 squares are exact
+    // enough; warp-uniform, because every lane holds the same sums
+    if (ss >= 0.25f * fmaf(w * w, s[3], s[1]) && ss >= 0x1p-100f) return finish_reflector(x, vn, p, lane, alpha, ss, true);
+    return make_reflector(x, vn, p, lane);
+}
+
+// Applies reflector r (v, tau) to this warp's columns c with live[c].
 template <int RL, int C>
+__device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau, float (&x)[C][RL],
+                                                const bool (&live)[C], int r) {
+    float d[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        d[c] = 0.f;
+#pragma unroll
+        for (int i = 0; i < RL; ++i)
+            if (reaches(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
+    }
+    warp_sums(d);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const float w = tau * d[c];
+#pragma unroll
+        for (int i = 0; i < RL; ++i)
+            if (reaches(i, r)) x[c][i] = live[c] ? fmaf(-w, v[i], x[c][i]) : x[c][i];
+    }
+}
+
+// Publishes reflector r (this lane's rows v, and tau) in this block's shared memory and, in a cluster, the
+// other block's, then arrives on its mbarrier(s). Also writes tau out.
+template <int RL, int CL>
+__device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, float* vs, float* vs_other,
+                                        float* taus, float* taus_other, float* tau_out, uint64_t* bars, int q,
+                                        int lane) {
+#pragma unroll
+    for (int i = 0; i < RL; ++i) vs[r * 32 * RL + 32 * i + lane] = v[i];
+    if (CL > 1) {
+#pragma unroll
+        for (int i = 0; i < RL; ++i) vs_other[r * 32 * RL + 32 * i + lane] = v[i];
+    }
+    if (lane == 0) {
+        taus[r] = tau;
+        if (CL > 1) taus_other[r] = tau;
+        tau_out[r] = tau;
+    }
+    // each lane's release-arrive (count 32) orders its own stores: no fence, no warp barrier
+    if (CL > 1) bar_arrive_remote(&bars[r], q ^ 1);
+    bar_arrive(&bars[r]);
+}
+
+// Writes column j of H (h points at this lane's row 0 of the matrix): R (rows <= j) scaled back by 2^expo,
+// v below it as is.
+template <int RL>
+__device__ __forceinline__ void write_column(const float (&x)[RL], float* h, int j, int m, int ml, int expo) {
+    const int lane = m - ml;
+#pragma unroll
+    for (int i = 0; i < RL; ++i)
+        if (32 * i < ml) h[(int64_t)j * m + 32 * i] = 32 * i <= j - lane ? scalbnf(x[i], expo) : x[i];
+}
+
+// Column j (x[0]) is final: writes it out and shifts the warp's later columns down one slot.
+template <int RL, int C>
+__device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j, int m, int ml, int expo) {
+    write_column(x[0], h, j, m, ml, expo);
+#pragma unroll
+    for (int c = 0; c + 1 < C; ++c)
+#pragma unroll
+        for (int i = 0; i < RL; ++i) x[c][i] = x[c + 1][i];
+#pragma unroll
+    for (int i = 0; i < RL; ++i) x[C - 1][i] = 0.f;
+}
+
+template <int RL, int C, int CL>
 __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(qr2_whole_qr_args a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int m = a.m, n = a.n, K = m < n ? m : n;
@@ -193,155 +262,170 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     float* taus = reinterpret_cast<float*>(smem + lay.tau);
     float* vs = reinterpret_cast<float*>(smem + lay.v);
 
-    const int q = C == 1 ? 0 : (int)cg::this_cluster().block_rank();
-    const int64_t mat = blockIdx.x / C;
+    const int q = CL == 1 ? 0 : (int)cg::this_cluster().block_rank();
+    const int64_t mat = blockIdx.x / CL;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = (int)(blockDim.x >> 5);
-    const int j0 = STRIP * (q * nwarps + warp);  // first column of this warp's strip
-    const int ncols = n - j0;                     // the strip's columns c < ncols exist
-    const int ml = m - lane;                      // this lane's rows lane + 32 i exist for 32 i < ml
+    const int G = CL * nwarps;     // warps per matrix
+    const int g = q * nwarps + warp;  // this warp holds columns g + G c, c < C
+    const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
 
     // every lane of the producing warp arrives (release) after its own stores of the reflector
     for (int r = t; r < K; r += blockDim.x) bar_init(&bars[r], 32);
-    if (C > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    if (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 
     // load (any strides); rows >= m and columns >= n are zeros and stay zeros
-    float x[STRIP][RL];
+    float x[C][RL];
     float amax = 0.f;
-    const float* src = a.src + mat * a.src_bs + lane * a.src_rs + j0 * a.src_cs;
+    const float* src = a.src + mat * a.src_bs + lane * a.src_rs + g * a.src_cs;
 #pragma unroll
-    for (int c = 0; c < STRIP; ++c)
+    for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int i = 0; i < RL; ++i) {
-            x[c][i] = 32 * i < ml && c < ncols ? src[i * 32 * a.src_rs + c * a.src_cs] : 0.f;
+            x[c][i] = 32 * i < ml && g + G * c < n ? src[i * 32 * a.src_rs + (int64_t)G * c * a.src_cs] : 0.f;
             amax = fmaxf(amax, fabsf(x[c][i]));
         }
 
     // power-of-two scaling from the matrix's max |a| (NaN and Inf inputs: no scaling)
-    amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, 16));
-    amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, 8));
-    amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, 4));
-    amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, 2));
-    amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, 1));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
     if (lane == 0) head->wmax[warp] = amax;
     __syncthreads();
     amax = 0.f;
     for (int w = 0; w < nwarps; ++w) amax = fmaxf(amax, head->wmax[w]);
-    Head* head1 = head;
-    if (C > 1) {
+    Head* other = head;  // the other block of a cluster: reflectors are published into both
+    if (CL > 1) {
         if (t == 0) head->cmax = amax;
         cg::this_cluster().sync();  // also: every block's mbarriers are initialised before anyone arrives
-        head1 = cg::this_cluster().map_shared_rank(head, 1);
-        amax = fmaxf(cg::this_cluster().map_shared_rank(head, 0)->cmax, head1->cmax);
+        other = cg::this_cluster().map_shared_rank(head, q ^ 1);
+        amax = fmaxf(amax, other->cmax);
     }
     int expo = 0;
     if (amax > 0.f && amax <= FLT_MAX) frexpf(amax, &expo);
 #pragma unroll
-    for (int c = 0; c < STRIP; ++c)
+    for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int i = 0; i < RL; ++i) x[c][i] = scalbnf(x[c][i], -expo);
 
-    // the second block's copies of the reflector buffers (the first block publishes into both)
-    float* vs1 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(head1) + lay.v);
-    float* taus1 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(head1) + lay.tau);
-    const bool publish_remote = C > 1 && q == 0;
+    float* vs_other = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(other) + lay.v);
+    float* taus_other = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(other) + lay.tau);
+    float* tau_out = a.tau + mat * K;
+    float* h = a.h + mat * (int64_t)m * n + lane;
 
-    if (ncols > 0) {
-        // reflectors built by the strips to the left, in order
-        const int left = j0 < K ? j0 : K;
-        for (int r = 0; r < left; ++r) {
+    // x[0] is always this warp's lowest unfinished column jn, x[c] column jn + G c: a column is written out
+    // as soon as its reflector is built, and the rest shift down
+    int jn = g;
+    const int last = g < n ? g + (n - 1 - g) / G * G : -1;  // this warp's last column
+    const int steps = last < K ? last : K;                   // reflectors 0 .. steps-1 reach its columns
+    float vm[RL], taum = 0.f;  // this warp's newest reflector
+    if (jn == 0 && K > 0) {
+        taum = make_reflector(x[0], vm, 0, lane);
+        publish<RL, CL>(0, vm, taum, vs, vs_other, taus, taus_other, tau_out, bars, q, lane);
+        retire_column(x, h, jn, m, ml, expo);
+        jn += G;
+    }
+    for (int r = 0; r < steps; ++r) {
+        float v[RL], tau;
+        if (r + G == jn) {  // this warp built reflector r (its previous column)
+#pragma unroll
+            for (int i = 0; i < RL; ++i) v[i] = vm[i];
+            tau = taum;
+        } else {
             bar_wait(&bars[r]);
-            const float tau = taus[r];
-            float v[RL];
+            tau = taus[r];
 #pragma unroll
             for (int i = 0; i < RL; ++i) v[i] = vs[r * 32 * RL + 32 * i + lane];
-            apply_reflector(v, tau, x, 0, ncols, r, lane);
         }
-        // this strip: column c becomes reflector j0 + c
-        float* tau_out = a.tau + mat * K;
-#pragma unroll
-        for (int c = 0; c < STRIP; ++c) {
-            const int r = j0 + c;
-            if (r >= K) break;
-            float v[RL];
-            const float tau = make_reflector(x[c], v, r, lane);
-#pragma unroll
-            for (int i = 0; i < RL; ++i) vs[r * 32 * RL + 32 * i + lane] = v[i];
-            if (publish_remote) {
-#pragma unroll
-                for (int i = 0; i < RL; ++i) vs1[r * 32 * RL + 32 * i + lane] = v[i];
-            }
-            if (lane == 0) {
-                taus[r] = tau;
-                if (publish_remote) taus1[r] = tau;
-                tau_out[r] = tau;
-            }
-            // each lane's release-arrive (count 32) orders its own stores: no fence, no warp barrier
-            if (publish_remote) bar_arrive_remote(&bars[r], 1);
-            bar_arrive(&bars[r]);
-            if (c + 1 < STRIP) apply_one(v, tau, x[c + 1], r);  // the next column first: it is the critical path
-            if (c + 2 < STRIP) apply_reflector(v, tau, x, c + 2, ncols, r, lane);
+        // column r + 1, when this warp holds it, is the chain's next link: it goes first
+        if (r + 1 == jn && jn < K) {
+            taum = apply_and_reflect(v, tau, x[0], vm, r, lane);
+            publish<RL, CL>(jn, vm, taum, vs, vs_other, taus, taus_other, tau_out, bars, q, lane);
+            retire_column(x, h, jn, m, ml, expo);
+            jn += G;
         }
-
-        // write H: R (on and above the diagonal) scaled back, v below it as is
-        float* h = a.h + mat * (int64_t)m * n + (int64_t)j0 * m + lane;
+        bool live[C];
 #pragma unroll
-        for (int c = 0; c < STRIP; ++c) {
-            if (c >= ncols) break;
-#pragma unroll
-            for (int i = 0; i < RL; ++i)
-                if (32 * i < ml) h[(int64_t)c * m + 32 * i] = 32 * i <= j0 + c - lane ? scalbnf(x[c][i], expo) : x[c][i];
-        }
+        for (int c = 0; c < C; ++c) live[c] = jn + G * c < n;
+        apply_reflector(v, tau, x, live, r);
     }
-    if (C > 1) cg::this_cluster().sync();  // no block leaves while the other may still write into it
+
+    // columns no reflector was built from (n > m): all R
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+        if (jn + G * c < n) write_column(x[c], h, jn + G * c, m, ml, expo);
+    if (CL > 1) cg::this_cluster().sync();  // no block leaves while the other may still write into it
 }
 
 int rows_per_lane(int64_t m) { return m <= 256 ? (int)((m + 31) / 32) : 0; }
 
-int warps_per_block(int64_t n, int cluster) { return (int)(((n + STRIP - 1) / STRIP + cluster - 1) / cluster); }
+// Columns per warp, smallest first: fewer columns per warp shorten every warp's share of each reflector.
+constexpr int COLUMN_CHOICES[] = {1, 2, 3, 4, 6, 8};
 
-template <int RL, int C>
+int warps_per_block(int64_t n, int C, int cluster) { return (int)(((n + C - 1) / C + cluster - 1) / cluster); }
+
+int fits(int RL, int C, int64_t n, int cluster) { return warps_per_block(n, C, cluster) <= max_warps(RL, C); }
+
+// The smallest column count per warp whose warps fit one block, or 0.
+int columns_per_warp(int64_t m, int64_t n, int cluster) {
+    const int RL = rows_per_lane(m);
+    for (int C : COLUMN_CHOICES)
+        if (fits(RL, C, n, cluster)) return C;
+    return 0;
+}
+
+template <int RL, int C, int CL>
 int launch(const qr2_whole_qr_args* a, void* stream) {
     const int K = a->m < a->n ? a->m : a->n;
     const int bytes = layout(K, RL).bytes;
-    if (qr2_allow_smem(register_qr_kernel<RL, C>, bytes, "register_qr: cudaFuncSetAttribute")) return 1;
+    if (qr2_allow_smem(register_qr_kernel<RL, C, CL>, bytes, "register_qr: cudaFuncSetAttribute")) return 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(a->batch * C));
-    cfg.blockDim = dim3((unsigned)(32 * warps_per_block(a->n, C)));
+    cfg.gridDim = dim3((unsigned)(a->batch * CL));
+    cfg.blockDim = dim3((unsigned)(32 * warps_per_block(a->n, C, CL)));
     cfg.dynamicSmemBytes = (size_t)bytes;
     cfg.stream = (cudaStream_t)stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = C;
+    attr[0].val.clusterDim.x = CL;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = C > 1 ? 1 : 0;
-    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, register_qr_kernel<RL, C>, *a), "register_qr launch");
+    cfg.numAttrs = CL > 1 ? 1 : 0;
+    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, register_qr_kernel<RL, C, CL>, *a), "register_qr launch");
     QR2_CHECK_LAUNCH("register_qr launch");
     return 0;
 }
 
-template <int C>
+template <int RL, int CL>
+int launch_columns(const qr2_whole_qr_args* a, void* stream) {
+    switch (columns_per_warp(a->m, a->n, CL)) {
+        case 1: return launch<RL, 1, CL>(a, stream);
+        case 2: return launch<RL, 2, CL>(a, stream);
+        case 3: return launch<RL, 3, CL>(a, stream);
+        case 4: return launch<RL, 4, CL>(a, stream);
+        case 6: return launch<RL, 6, CL>(a, stream);
+        default: return launch<RL, 8, CL>(a, stream);
+    }
+}
+
+template <int CL>
 int launch_rows(const qr2_whole_qr_args* a, void* stream) {
     switch (rows_per_lane(a->m)) {
-        case 1: return launch<1, C>(a, stream);
-        case 2: return launch<2, C>(a, stream);
-        case 3: return launch<3, C>(a, stream);
-        case 4: return launch<4, C>(a, stream);
-        case 5: return launch<5, C>(a, stream);
-        case 6: return launch<6, C>(a, stream);
-        case 7: return launch<7, C>(a, stream);
-        default: return launch<8, C>(a, stream);
+        case 1: return launch_columns<1, CL>(a, stream);
+        case 2: return launch_columns<2, CL>(a, stream);
+        case 3: return launch_columns<3, CL>(a, stream);
+        case 4: return launch_columns<4, CL>(a, stream);
+        case 5: return launch_columns<5, CL>(a, stream);
+        case 6: return launch_columns<6, CL>(a, stream);
+        case 7: return launch_columns<7, CL>(a, stream);
+        default: return launch_columns<8, CL>(a, stream);
     }
 }
 
 }  // namespace
 
 extern "C" int qr2_register_qr_supported(int64_t m, int64_t n, int cluster, int smem_optin) {
-    const int RL = rows_per_lane(m);
-    if ((cluster != 1 && cluster != 2) || RL == 0 || n < 1 || n > QR2_REGISTER_QR_MAX) return 0;
+    if ((cluster != 1 && cluster != 2) || rows_per_lane(m) == 0 || n < 1 || n > QR2_REGISTER_QR_MAX) return 0;
     const int64_t K = m < n ? m : n;
-    return warps_per_block(n, cluster) <= max_warps(RL, cluster) && layout((int)K, RL).bytes <= smem_optin;
+    return columns_per_warp(m, n, cluster) > 0 && layout((int)K, rows_per_lane(m)).bytes <= smem_optin;
 }
 
 extern "C" int qr2_register_qr(const qr2_whole_qr_args* a, int cluster, int device, void* stream) {

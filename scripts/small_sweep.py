@@ -40,6 +40,18 @@ def forced(route):
         qr2_op._force_route(None)
 
 
+def holds(route, n):
+    """Whether `route`'s kernel can hold n x n (a forced route that cannot falls back to the table)."""
+    one_block = qr2_op.route_for(n, n, 1)
+    if route == "registers":
+        return one_block == "registers"
+    if route == "registers_cluster2":
+        return one_block in ("registers", "registers_cluster2")
+    if route == "warp_columns":
+        return n <= 64
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", default="8:256:8", help="start:stop:step")
@@ -65,7 +77,7 @@ def main():
             A = torch.randn(batch, n, n, device="cuda")
             row = {"batch": batch, "n": n, "table": qr2_op.route_for(n, n, batch), "us": {}}
             for r in routes:
-                runs = n <= {"warp_columns": 64, "registers": 192, "registers_cluster2": 256}.get(r, n)  # square shapes each can hold
+                runs = holds(r, n)
                 with forced(r):
                     row["us"][r] = per_call_us(op, A) if runs else None
             row["us"]["table"] = per_call_us(op, A)
