@@ -18,13 +18,15 @@ static const qr2_route routes[] = {
      "one warp each, a lane per column: dots are a lane's own FMAs, reflectors published through shared "
      "memory"},
     {"registers", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 0, 0, 0, 1,
-     "small matrices (m, n <= 256 whose two columns per quad of threads fit one block's registers) "
-     "factored whole in one launch: reflectors built by warp shuffles, published in shared memory"},
+     "small matrices (m, n <= 256 whose columns, dealt cyclically to the warps, fit one block's "
+     "registers) factored whole in one launch: each reflector built by its column's warp and published "
+     "in shared memory behind its own mbarrier"},
     /* batch <= 132 (two blocks per matrix, about one block per SM): at 640 matrices of n 168..224
      * the blocked route measured 1.2-1.4x faster, at 40 this one 2.3x faster (H200) */
     {"registers_cluster2", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 2,
      "small matrices too large for one block's registers (up to 256 x 256): a 2-block cluster per "
-     "matrix splits the columns, reflectors published through distributed shared memory"},
+     "matrix deals the columns to both blocks' warps; reflectors reach the other block by st.async into "
+     "its shared memory"},
     {"on_chip", QR2_ROUTE_ON_CHIP, 0, 8, 0, 0, 0, 0, 1,
      "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
     {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 0, 32, 32, 1,

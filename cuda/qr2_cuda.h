@@ -91,9 +91,9 @@ typedef struct qr2_whole_qr_args {
 int qr2_warp_qr_supported(int64_t m, int64_t n);
 int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 
-/* m, n <= 256 held in registers (8-column strips per warp, rows across lanes) with every reflector kept
- * in shared memory: one thread block per matrix, or a cluster of `cluster` = 2 blocks that split its
- * columns. */
+/* m, n <= 256 held in registers (columns dealt cyclically to the warps, rows across lanes) with every
+ * reflector kept in shared memory: one thread block per matrix, or a cluster of `cluster` = 2 blocks that
+ * share its columns. */
 #define QR2_REGISTER_QR_MAX 256
 /* Whether m x n matrices fit the registers and shared memory (smem_optin bytes per block) of one block
  * (cluster 1) or of a 2-block cluster. */

@@ -16,7 +16,14 @@
 // updates the column is reduced together with the sums that give the updated column's tail norm by
 // expansion (||a - s v||^2 = ||a||^2 - 2 s v.a + s^2 ||v||^2, over the tail). The expansion is kept only
 // when it lost at most two bits to cancellation; otherwise (and for tails so small that FP32 squares lose
-// precision) the norm is reduced again directly, from the updated column.
+// precision) the norm is reduced again directly, from the updated column. The reflector's scalars use the
+// hardware rsqrt and fast divisions. A warp applies a reflector to its C columns (a power of two) with one
+// butterfly reduce-scatter of the C dots.
+//
+// Measured on the H200 (kernel alone, CUDA-graph replay; docs/WORKLOG.md): b20 n32 15.3 us, b40 n176 137 us
+// (2-block cluster, 4 columns per warp), against 19.1 and 219.8 us for the strip-per-warp kernel this
+// replaced. Each chain step (wait for the reflector, one 6-value butterfly, scalars, publish) still costs
+// ~800 cycles, which is most of the n32 time.
 //
 // The matrix is first scaled by a power of two (exact) to max|a| in [0.5, 1), so FP32 sums of squares
 // cannot overflow; R is scaled back on the way out. A column whose tail squares sum below 2^-100 gets its
@@ -69,17 +76,30 @@ __device__ __forceinline__ void bar_arrive(uint64_t* bar) {
                  : "memory");
 }
 
-// Arrives on the mbarrier at the same offset in block `rank` of the cluster.
-__device__ __forceinline__ void bar_arrive_remote(uint64_t* bar, unsigned rank) {
+// Arms an mbarrier that another block of the cluster feeds with st.async: it completes once `bytes` have landed.
+__device__ __forceinline__ void bar_expect_bytes(uint64_t* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// The shared::cluster address of `p`'s twin in block `rank` of the cluster.
+__device__ __forceinline__ unsigned remote_addr(const void* p, unsigned rank) {
     unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+    return remote;
+}
+
+// Stores one float into another block's shared memory and counts its 4 bytes on that block's mbarrier
+// (`bar`, also remote): no fence and no release on the producer's side.
+__device__ __forceinline__ void store_remote(unsigned addr, float value, unsigned bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr),
+                 "r"(__float_as_uint(value)), "r"(bar)
+                 : "memory");
 }
 
 // Waits until the reflector behind `bar` is published (each mbarrier completes once: phase parity 0).
-// CTA-scope acquire even for arrivals from the other block of a cluster, as CUTLASS's cluster barriers
-// wait: the data sits in this block's shared memory beside the mbarrier, and a cluster-scope acquire
-// would invalidate L1 on every wait (measured: a third of the kernel's stall samples).
+// CTA-scope acquire: the reflector sits in this block's shared memory beside the mbarrier, whether this
+// block's warps stored it or the other block's st.async did (a cluster-scope acquire would invalidate L1
+// on every wait: measured, a third of the old kernel's stall samples).
 __device__ __forceinline__ void bar_wait(uint64_t* bar) {
     unsigned done = 0;
     while (!done)
@@ -112,7 +132,13 @@ __device__ __forceinline__ float finish_reflector(float (&x)[RL], float (&v)[RL]
     double scal64 = 0.0;
     const bool tiny = reflect && !(ss >= 0x1p-100f);
     if (reflect && !tiny) {
-        householder_scalars(alpha, ss, beta, tau, scal);
+        // hardware rsqrt and fast divisions (a few ulp; the chain waits on these): alpha^2 + ss >= 2^-100,
+        // and |beta|, |alpha - beta| stay far below 2^126, where __fdividef would flush
+        const float x2 = fmaf(alpha, alpha, ss);
+        const float norm = x2 * rsqrtf(x2);
+        beta = alpha >= 0.f ? -norm : norm;
+        tau = __fdividef(beta - alpha, beta);
+        scal = __fdividef(1.f, alpha - beta);
     } else if (tiny) {  // FP64: squares of FP32 values neither overflow nor underflow
         double ss64 = 0.0;
 #pragma unroll
@@ -187,9 +213,35 @@ __device__ __forceinline__ float apply_and_reflect(const float (&v)[RL], float t
 }
 
 // Applies reflector r (v, tau) to this warp's columns c with live[c].
+// Sums of C (a power of two) per-lane values over the warp, returned in d on every lane: a butterfly
+// reduce-scatter (lane bits 16, 8, ... pick the slot a lane keeps), the rest of the butterfly on the one
+// slot left, then a broadcast of each slot's sum.
+template <int C>
+__device__ __forceinline__ void column_sums(float (&d)[C], int lane) {
+    static_assert(C == 1 || C == 2 || C == 4 || C == 8, "C must be a power of two");
+    if constexpr (C == 1) {
+        warp_sums(d);
+        return;
+    }
+    constexpr int K = C >= 8 ? 3 : C >= 4 ? 2 : 1;
+    if constexpr (C >= 8) butterfly_scatter_round<C / 2, 16>(d, lane);
+    if constexpr (C >= 4) butterfly_scatter_round<2, (C >= 8 ? 8 : 16)>(d, lane);
+    if constexpr (C >= 2) butterfly_scatter_round<1, (16 >> (K - 1))>(d, lane);
+    float s = d[0];
+#pragma unroll
+    for (int off = 16 >> K; off > 0; off >>= 1) s += __shfl_xor_sync(FULL, s, off);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        int src = 0;
+#pragma unroll
+        for (int j = 0; j < K; ++j) src |= ((c >> (K - 1 - j)) & 1) << (4 - j);
+        d[c] = __shfl_sync(FULL, s, src);
+    }
+}
+
 template <int RL, int C>
 __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau, float (&x)[C][RL],
-                                                const bool (&live)[C], int r) {
+                                                const bool (&live)[C], int r, int lane) {
     float d[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -198,7 +250,7 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
         for (int i = 0; i < RL; ++i)
             if (reaches(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
     }
-    warp_sums(d);
+    column_sums(d, lane);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         const float w = tau * d[c];
@@ -208,26 +260,23 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
     }
 }
 
-// Publishes reflector r (this lane's rows v, and tau) in this block's shared memory and, in a cluster, the
-// other block's, then arrives on its mbarrier(s). Also writes tau out.
+// Publishes reflector r (this lane's rows v, and tau): in this block's shared memory, where every lane
+// release-arrives on its mbarrier (count 32) after its own stores, and in a cluster also in the other
+// block's, through st.async stores that complete that block's mbarrier by their bytes. Writes tau out.
 template <int RL, int CL>
-__device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, float* vs, float* vs_other,
-                                        float* taus, float* taus_other, float* tau_out, uint64_t* bars, int q,
-                                        int lane) {
+__device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, float* vs, float* taus,
+                                        uint64_t* bars, float* tau_out, int q, int lane) {
 #pragma unroll
     for (int i = 0; i < RL; ++i) vs[r * 32 * RL + 32 * i + lane] = v[i];
-    if (CL > 1) {
-#pragma unroll
-        for (int i = 0; i < RL; ++i) vs_other[r * 32 * RL + 32 * i + lane] = v[i];
-    }
-    if (lane == 0) {
-        taus[r] = tau;
-        if (CL > 1) taus_other[r] = tau;
-        tau_out[r] = tau;
-    }
-    // each lane's release-arrive (count 32) orders its own stores: no fence, no warp barrier
-    if (CL > 1) bar_arrive_remote(&bars[r], q ^ 1);
+    if (lane == 0) taus[r] = tau;
     bar_arrive(&bars[r]);
+    if (CL > 1) {
+        const unsigned bar = remote_addr(&bars[r], q ^ 1), dst = remote_addr(&vs[r * 32 * RL + lane], q ^ 1);
+#pragma unroll
+        for (int i = 0; i < RL; ++i) store_remote(dst + 128 * i, v[i], bar);
+        if (lane == 0) store_remote(remote_addr(&taus[r], q ^ 1), tau, bar);
+    }
+    if (lane == 0) tau_out[r] = tau;
 }
 
 // Writes column j of H (h points at this lane's row 0 of the matrix): R (rows <= j) scaled back by 2^expo,
@@ -269,8 +318,12 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     const int g = q * nwarps + warp;  // this warp holds columns g + G c, c < C
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
 
-    // every lane of the producing warp arrives (release) after its own stores of the reflector
-    for (int r = t; r < K; r += blockDim.x) bar_init(&bars[r], 32);
+    // reflectors built here: every lane of the producing warp arrives; built in the other block of a
+    // cluster: armed for their bytes (32 RL floats and tau), which that block's st.async stores deliver
+    for (int r = t; r < K; r += blockDim.x) {
+        const bool local = CL == 1 || (r % G) / nwarps == q;
+        bar_init(&bars[r], local ? 32 : 1);
+    }
     if (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 
     // load (any strides); rows >= m and columns >= n are zeros and stay zeros
@@ -292,12 +345,13 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     __syncthreads();
     amax = 0.f;
     for (int w = 0; w < nwarps; ++w) amax = fmaxf(amax, head->wmax[w]);
-    Head* other = head;  // the other block of a cluster: reflectors are published into both
     if (CL > 1) {
+        // armed after the __syncthreads above, which orders every mbarrier's init before it
+        for (int r = t; r < K; r += blockDim.x)
+            if ((r % G) / nwarps != q) bar_expect_bytes(&bars[r], 4 * (32 * RL + 1));
         if (t == 0) head->cmax = amax;
         cg::this_cluster().sync();  // also: every block's mbarriers are initialised before anyone arrives
-        other = cg::this_cluster().map_shared_rank(head, q ^ 1);
-        amax = fmaxf(amax, other->cmax);
+        amax = fmaxf(amax, cg::this_cluster().map_shared_rank(head, q ^ 1)->cmax);
     }
     int expo = 0;
     if (amax > 0.f && amax <= FLT_MAX) frexpf(amax, &expo);
@@ -306,8 +360,6 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
 #pragma unroll
         for (int i = 0; i < RL; ++i) x[c][i] = scalbnf(x[c][i], -expo);
 
-    float* vs_other = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(other) + lay.v);
-    float* taus_other = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(other) + lay.tau);
     float* tau_out = a.tau + mat * K;
     float* h = a.h + mat * (int64_t)m * n + lane;
 
@@ -319,7 +371,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     float vm[RL], taum = 0.f;  // this warp's newest reflector
     if (jn == 0 && K > 0) {
         taum = make_reflector(x[0], vm, 0, lane);
-        publish<RL, CL>(0, vm, taum, vs, vs_other, taus, taus_other, tau_out, bars, q, lane);
+        publish<RL, CL>(0, vm, taum, vs, taus, bars, tau_out, q, lane);
         retire_column(x, h, jn, m, ml, expo);
         jn += G;
     }
@@ -338,27 +390,32 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
         // column r + 1, when this warp holds it, is the chain's next link: it goes first
         if (r + 1 == jn && jn < K) {
             taum = apply_and_reflect(v, tau, x[0], vm, r, lane);
-            publish<RL, CL>(jn, vm, taum, vs, vs_other, taus, taus_other, tau_out, bars, q, lane);
+            publish<RL, CL>(jn, vm, taum, vs, taus, bars, tau_out, q, lane);
             retire_column(x, h, jn, m, ml, expo);
             jn += G;
         }
         bool live[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) live[c] = jn + G * c < n;
-        apply_reflector(v, tau, x, live, r);
+        apply_reflector<RL, C>(v, tau, x, live, r, lane);
     }
 
     // columns no reflector was built from (n > m): all R
 #pragma unroll
     for (int c = 0; c < C; ++c)
         if (jn + G * c < n) write_column(x[c], h, jn + G * c, m, ml, expo);
-    if (CL > 1) cg::this_cluster().sync();  // no block leaves while the other may still write into it
+    if (CL > 1) {
+        // no block leaves while the other may still write into it: every reflector has landed here, and
+        // the other block has seen its own
+        for (int r = t; r < K; r += blockDim.x) bar_wait(&bars[r]);
+        cg::this_cluster().sync();
+    }
 }
 
 int rows_per_lane(int64_t m) { return m <= 256 ? (int)((m + 31) / 32) : 0; }
 
 // Columns per warp, smallest first: fewer columns per warp shorten every warp's share of each reflector.
-constexpr int COLUMN_CHOICES[] = {1, 2, 3, 4, 6, 8};
+constexpr int COLUMN_CHOICES[] = {1, 2, 4, 8};  // powers of two: see column_sums
 
 int warps_per_block(int64_t n, int C, int cluster) { return (int)(((n + C - 1) / C + cluster - 1) / cluster); }
 
@@ -399,9 +456,7 @@ int launch_columns(const qr2_whole_qr_args* a, void* stream) {
     switch (columns_per_warp(a->m, a->n, CL)) {
         case 1: return launch<RL, 1, CL>(a, stream);
         case 2: return launch<RL, 2, CL>(a, stream);
-        case 3: return launch<RL, 3, CL>(a, stream);
         case 4: return launch<RL, 4, CL>(a, stream);
-        case 6: return launch<RL, 6, CL>(a, stream);
         default: return launch<RL, 8, CL>(a, stream);
     }
 }

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # One device-machine session: build for every target, the whole test suite, the QR2 leaderboard against
 # torch.geqrf, the QR2 tests, a shape sweep, and a sanitizer pass. Logs and JSON go to $OUT.
+# PART=1 runs the build, tests and leaderboard, PART=2 the build, sweeps, sanitizers and host-path probe (each
+# fits one 10-minute device command); unset runs both.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 { time python3 -m pip install -e . --no-build-isolation; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 grep real "$OUT/build.log"
+if [ "${PART:-1}" = 1 ]; then
 timeout 240 python3 -m pytest tests -q --timeout 200 -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -2
 timeout 300 python3 benchmark.py --mode leaderboard --compare --max-repeats "${LB_REPEATS:-5}" --torch-max-repeats 2 \
   --json-out "$OUT/leaderboard.json" 2>&1 | tee "$OUT/leaderboard.log" | tail -24
 timeout 120 python3 benchmark.py --mode test 2>&1 | tee "$OUT/test_mode.log" | tail -3
+fi
+if [ "${PART:-2}" = 2 ]; then
 sweep=()
 for bn in 1:64 8:64 64:64 1:128 8:128 64:128 1:256 8:256 64:256 1:512 8:512 64:512 1:1024 8:1024 1:2048 8:2048; do
   sweep+=(--case "${bn%%:*},${bn##*:},1,dense,7")
@@ -20,5 +25,9 @@ timeout 200 python3 benchmark.py --mode benchmark --compare --max-repeats 3 --to
 timeout 200 python3 scripts/small_sweep.py --n 8:256:8 --batches 1,20,40,640 --json-out "$OUT/small_sweep.json" \
   > "$OUT/small_sweep.log" 2>&1; head -3 "$OUT/small_sweep.log"
 timeout 90 compute-sanitizer --tool memcheck python3 scripts/sanitize_smoke.py > "$OUT/memcheck.log" 2>&1; tail -2 "$OUT/memcheck.log"
-timeout 120 compute-sanitizer --tool racecheck --kernel-name regex:warp_qr python3 scripts/sanitize_smoke.py > "$OUT/racecheck_warp.log" 2>&1; tail -2 "$OUT/racecheck_warp.log"
+for k in warp_qr register_qr; do
+  timeout 150 compute-sanitizer --tool racecheck --kernel-name kns=$k python3 scripts/sanitize_smoke.py > "$OUT/racecheck_$k.log" 2>&1
+  tail -2 "$OUT/racecheck_$k.log"
+done
 timeout 90 python3 scripts/host_path.py --json-out "$OUT/host_path.json" > "$OUT/host_path.log" 2>&1; grep "table route: graph" "$OUT/host_path.log"
+fi

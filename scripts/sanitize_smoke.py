@@ -7,7 +7,7 @@ CASES = [(4, 32, 32), (2, 176, 176), (2, 40, 120), (3, 100, 37), (2, 224, 200), 
 
 # forced routes: shapes the table sends elsewhere at these batch sizes
 FORCED = [("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_columns", 3, 90, 20),
-          ("warp_columns", 300, 40, 40)]
+          ("warp_columns", 300, 40, 40), ("registers_cluster2", 2, 64, 64), ("registers_cluster2", 2, 100, 70)]
 
 for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
     A = torch.randn(batch, m, n, device="cuda")
