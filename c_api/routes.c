@@ -17,16 +17,19 @@ static const qr2_route routes[] = {
      "large batches of small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64) factored whole by "
      "one warp each, a lane per column: dots are a lane's own FMAs, reflectors published through shared "
      "memory"},
+    /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs. There, for 48 <= n <= 160, it measured
+     * 1.1-1.5x faster than one block per matrix; at batch 100 and beyond one block is 1.3-1.8x faster */
+    {"registers_cluster2", QR2_ROUTE_REGISTERS, 48, QR2_REGISTER_QR_MAX, 0, 66, 0, 0, 2,
+     "small batches of small matrices (n >= 48, m, n <= 256): a 2-block cluster per matrix deals the "
+     "columns to both blocks' warps; reflectors reach the other block by st.async into its shared memory"},
     {"registers", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 0, 0, 0, 1,
      "small matrices (m, n <= 256 whose columns, dealt cyclically to the warps, fit one block's "
      "registers) factored whole in one launch: each reflector built by its column's warp and published "
      "in shared memory behind its own mbarrier"},
-    /* batch <= 132 (two blocks per matrix, about one block per SM): at 640 matrices of n 168..224
-     * the blocked route measured 1.2-1.4x faster, at 40 this one 2.3x faster (H200) */
-    {"registers_cluster2", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 2,
-     "small matrices too large for one block's registers (up to 256 x 256): a 2-block cluster per "
-     "matrix deals the columns to both blocks' warps; reflectors reach the other block by st.async into "
-     "its shared memory"},
+    /* at 640 matrices: n 176 and 192 measured 1.27x and 1.18x faster than the blocked route, n 208 even,
+     * n 224 1.1x slower (H200) */
+    {"registers_cluster2_any_batch", QR2_ROUTE_REGISTERS, 0, 192, 0, 0, 0, 0, 2,
+     "the 2-block cluster kernel at any batch, for n <= 192 too large for one block's registers"},
     {"on_chip", QR2_ROUTE_ON_CHIP, 0, 8, 0, 0, 0, 0, 1,
      "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
     {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 0, 32, 32, 1,

@@ -21,18 +21,28 @@ int qr2_record_cuda_error(cudaError_t err, const char* what) {
 // call only stores the same value twice.
 enum { MAX_DEVICES = 64 };
 static int smem_optin_cache[MAX_DEVICES];
+static int sm_count_cache[MAX_DEVICES];
 
-extern "C" int qr2_cuda_smem_optin(int device, int* bytes) {
-    if (device >= 0 && device < MAX_DEVICES && smem_optin_cache[device] > 0) {
-        *bytes = smem_optin_cache[device];
+static int cached_attribute(int* cache, cudaDeviceAttr attr, int device, int* value, const char* what) {
+    if (device >= 0 && device < MAX_DEVICES && cache[device] > 0) {
+        *value = cache[device];
         return 0;
     }
-    int value = 0;
-    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-    if (device >= 0 && device < MAX_DEVICES) smem_optin_cache[device] = value;
-    *bytes = value;
+    int v = 0;
+    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&v, attr, device), what);
+    if (device >= 0 && device < MAX_DEVICES) cache[device] = v;
+    *value = v;
     return 0;
+}
+
+extern "C" int qr2_cuda_smem_optin(int device, int* bytes) {
+    return cached_attribute(smem_optin_cache, cudaDevAttrMaxSharedMemoryPerBlockOptin, device, bytes,
+                            "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+}
+
+extern "C" int qr2_cuda_sm_count(int device, int* count) {
+    return cached_attribute(sm_count_cache, cudaDevAttrMultiProcessorCount, device, count,
+                            "cudaDeviceGetAttribute(MultiProcessorCount)");
 }
 
 static __global__ void empty_kernel() {}

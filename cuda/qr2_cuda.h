@@ -21,6 +21,8 @@ const char* qr2_cuda_last_error(void);
 
 /* Largest dynamic shared memory (bytes) one block may opt in to on `device`; cached per device. */
 int qr2_cuda_smem_optin(int device, int* bytes);
+/* The number of SMs of `device`; cached per device. */
+int qr2_cuda_sm_count(int device, int* count);
 
 /*
  * Householder factorisation of an m x w panel held on chip by one thread block per matrix

@@ -4,10 +4,12 @@
 //
 // Layout: the matrix's G warps (G = blocks x warps per block) own its columns cyclically: warp g holds
 // columns g, g + G, g + 2G, ... (C of them); lane l holds rows l, l + 32, ... (RL per lane). Every
-// reflector stays in shared memory once built (lane-major, so reads are free of bank conflicts), and
-// each has an mbarrier that completes when it is published; in a cluster the producer writes it, and
-// arrives, in both blocks' shared memory (distributed shared memory). There is no block-wide barrier in
-// the factorisation: each warp applies the reflectors in order as they appear.
+// reflector stays in shared memory once built (lane-major, so reads are free of bank conflicts; packed
+// from its first non-zero group of 32 rows, so 256 x 256 fits), and each has an mbarrier that completes
+// when it is published. In a cluster the producer also writes it into the other block's shared memory
+// with st.async stores, which complete that block's mbarrier by their bytes (no cluster-scope release per
+// reflector). There is no block-wide barrier in the factorisation: each warp applies the reflectors in
+// order as they appear.
 //
 // Why cyclic columns: the chain of reflectors is the critical path. Column r + 1's owner gets reflector r,
 // applies it to column r + 1 first, builds and publishes reflector r + 1 at once, and only then applies r
@@ -52,7 +54,15 @@ struct Head {
     float cmax;
 };
 
-// Dynamic shared memory: the head, K mbarriers, K taus, then K reflectors of 32 RL floats.
+// Reflector r is zero above row r, so it is kept from its register group r / 32 down: 32 (RL - r / 32)
+// floats, packed one after another (n = m = 256: 144 KiB instead of 256 KiB). Returns where reflector r
+// starts (in floats); reflector_offset(K, RL) is the size of all K.
+__host__ __device__ inline int reflector_offset(int r, int RL) {
+    const int g = r >> 5;
+    return 1024 * (g * RL - g * (g - 1) / 2) + 32 * (r & 31) * (RL - g);
+}
+
+// Dynamic shared memory: the head, K mbarriers, K taus, then the K packed reflectors.
 struct Layout {
     int bar, tau, v, bytes;
 };
@@ -61,7 +71,7 @@ __host__ __device__ inline Layout layout(int K, int RL) {
     l.bar = (int)((sizeof(Head) + 15) / 16 * 16);
     l.tau = l.bar + 8 * K;
     l.v = l.tau + ((4 * K + 15) / 16 * 16);
-    l.bytes = l.v + 4 * 32 * RL * K;
+    l.bytes = l.v + 4 * reflector_offset(K, RL);
     return l;
 }
 
@@ -266,14 +276,18 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
 template <int RL, int CL>
 __device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, float* vs, float* taus,
                                         uint64_t* bars, float* tau_out, int q, int lane) {
+    const int g = r >> 5;  // register groups above g are zero: not kept
+    float* mine = vs + reflector_offset(r, RL) + lane - 32 * g;
 #pragma unroll
-    for (int i = 0; i < RL; ++i) vs[r * 32 * RL + 32 * i + lane] = v[i];
+    for (int i = 0; i < RL; ++i)
+        if (i >= g) mine[32 * i] = v[i];
     if (lane == 0) taus[r] = tau;
     bar_arrive(&bars[r]);
-    if (CL > 1) {
-        const unsigned bar = remote_addr(&bars[r], q ^ 1), dst = remote_addr(&vs[r * 32 * RL + lane], q ^ 1);
+    if (CL > 1) {  // the 4 (32 (RL - g) + 1) bytes the other block armed this mbarrier for
+        const unsigned bar = remote_addr(&bars[r], q ^ 1), dst = remote_addr(mine + 32 * g, q ^ 1);
 #pragma unroll
-        for (int i = 0; i < RL; ++i) store_remote(dst + 128 * i, v[i], bar);
+        for (int i = 0; i < RL; ++i)
+            if (i >= g) store_remote(dst + 128 * (i - g), v[i], bar);
         if (lane == 0) store_remote(remote_addr(&taus[r], q ^ 1), tau, bar);
     }
     if (lane == 0) tau_out[r] = tau;
@@ -348,7 +362,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     if (CL > 1) {
         // armed after the __syncthreads above, which orders every mbarrier's init before it
         for (int r = t; r < K; r += blockDim.x)
-            if ((r % G) / nwarps != q) bar_expect_bytes(&bars[r], 4 * (32 * RL + 1));
+            if ((r % G) / nwarps != q) bar_expect_bytes(&bars[r], 4 * (32 * (RL - (r >> 5)) + 1));
         if (t == 0) head->cmax = amax;
         cg::this_cluster().sync();  // also: every block's mbarriers are initialised before anyone arrives
         amax = fmaxf(amax, cg::this_cluster().map_shared_rank(head, q ^ 1)->cmax);
@@ -385,7 +399,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
             bar_wait(&bars[r]);
             tau = taus[r];
 #pragma unroll
-            for (int i = 0; i < RL; ++i) v[i] = vs[r * 32 * RL + 32 * i + lane];
+            for (int i = 0; i < RL; ++i)  // zero above register group r / 32
+                v[i] = i >= (r >> 5) ? vs[reflector_offset(r, RL) + 32 * (i - (r >> 5)) + lane] : 0.f;
         }
         // column r + 1, when this warp holds it, is the chain's next link: it goes first
         if (r + 1 == jn && jn < K) {
@@ -421,12 +436,18 @@ int warps_per_block(int64_t n, int C, int cluster) { return (int)(((n + C - 1) /
 
 int fits(int RL, int C, int64_t n, int cluster) { return warps_per_block(n, C, cluster) <= max_warps(RL, C); }
 
-// The smallest column count per warp whose warps fit one block, or 0.
-int columns_per_warp(int64_t m, int64_t n, int cluster) {
+// The fewest columns per warp whose warps fit one block, or 0; but while the batch would then ask for more
+// warps than `resident_warps` (32 per SM), more columns per warp: fewer warps per matrix, more matrices in
+// flight at once (a large batch is throughput-bound, not bound by one matrix's chain of reflectors).
+int columns_per_warp(int64_t m, int64_t n, int cluster, int64_t batch, int64_t resident_warps) {
     const int RL = rows_per_lane(m);
-    for (int C : COLUMN_CHOICES)
-        if (fits(RL, C, n, cluster)) return C;
-    return 0;
+    int chosen = 0;
+    for (int C : COLUMN_CHOICES) {
+        if (!fits(RL, C, n, cluster)) continue;
+        chosen = C;
+        if (batch * cluster * warps_per_block(n, C, cluster) <= resident_warps) break;
+    }
+    return chosen;
 }
 
 template <int RL, int C, int CL>
@@ -452,8 +473,8 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
 }
 
 template <int RL, int CL>
-int launch_columns(const qr2_whole_qr_args* a, void* stream) {
-    switch (columns_per_warp(a->m, a->n, CL)) {
+int launch_columns(const qr2_whole_qr_args* a, int sms, void* stream) {
+    switch (columns_per_warp(a->m, a->n, CL, a->batch, 32 * (int64_t)sms)) {
         case 1: return launch<RL, 1, CL>(a, stream);
         case 2: return launch<RL, 2, CL>(a, stream);
         case 4: return launch<RL, 4, CL>(a, stream);
@@ -462,16 +483,16 @@ int launch_columns(const qr2_whole_qr_args* a, void* stream) {
 }
 
 template <int CL>
-int launch_rows(const qr2_whole_qr_args* a, void* stream) {
+int launch_rows(const qr2_whole_qr_args* a, int sms, void* stream) {
     switch (rows_per_lane(a->m)) {
-        case 1: return launch_columns<1, CL>(a, stream);
-        case 2: return launch_columns<2, CL>(a, stream);
-        case 3: return launch_columns<3, CL>(a, stream);
-        case 4: return launch_columns<4, CL>(a, stream);
-        case 5: return launch_columns<5, CL>(a, stream);
-        case 6: return launch_columns<6, CL>(a, stream);
-        case 7: return launch_columns<7, CL>(a, stream);
-        default: return launch_columns<8, CL>(a, stream);
+        case 1: return launch_columns<1, CL>(a, sms, stream);
+        case 2: return launch_columns<2, CL>(a, sms, stream);
+        case 3: return launch_columns<3, CL>(a, sms, stream);
+        case 4: return launch_columns<4, CL>(a, sms, stream);
+        case 5: return launch_columns<5, CL>(a, sms, stream);
+        case 6: return launch_columns<6, CL>(a, sms, stream);
+        case 7: return launch_columns<7, CL>(a, sms, stream);
+        default: return launch_columns<8, CL>(a, sms, stream);
     }
 }
 
@@ -480,14 +501,14 @@ int launch_rows(const qr2_whole_qr_args* a, void* stream) {
 extern "C" int qr2_register_qr_supported(int64_t m, int64_t n, int cluster, int smem_optin) {
     if ((cluster != 1 && cluster != 2) || rows_per_lane(m) == 0 || n < 1 || n > QR2_REGISTER_QR_MAX) return 0;
     const int64_t K = m < n ? m : n;
-    return columns_per_warp(m, n, cluster) > 0 && layout((int)K, rows_per_lane(m)).bytes <= smem_optin;
+    return columns_per_warp(m, n, cluster, 1, 1) > 0 && layout((int)K, rows_per_lane(m)).bytes <= smem_optin;
 }
 
 extern "C" int qr2_register_qr(const qr2_whole_qr_args* a, int cluster, int device, void* stream) {
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
-    int smem_optin = 0;
-    if (qr2_cuda_smem_optin(device, &smem_optin)) return 1;
+    int smem_optin = 0, sms = 0;
+    if (qr2_cuda_smem_optin(device, &smem_optin) || qr2_cuda_sm_count(device, &sms)) return 1;
     if (!qr2_register_qr_supported(a->m, a->n, cluster, smem_optin))
         return qr2_record_error("register_qr", "matrix too large for the registers of the cluster");
-    return cluster == 1 ? launch_rows<1>(a, stream) : launch_rows<2>(a, stream);
+    return cluster == 1 ? launch_rows<1>(a, sms, stream) : launch_rows<2>(a, sms, stream);
 }
