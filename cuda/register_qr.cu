@@ -22,10 +22,11 @@
 // hardware rsqrt and fast divisions. A warp applies a reflector to its C columns (a power of two) with one
 // butterfly reduce-scatter of the C dots.
 //
-// Measured on the H200 (kernel alone, CUDA-graph replay; docs/WORKLOG.md): b20 n32 15.3 us, b40 n176 137 us
-// (2-block cluster, 4 columns per warp), against 19.1 and 219.8 us for the strip-per-warp kernel this
-// replaced. Each chain step (wait for the reflector, one 6-value butterfly, scalars, publish) still costs
-// ~800 cycles, which is most of the n32 time.
+// Measured on the H200 (docs/WORKLOG.md): kernel alone (CUDA-graph replay) b20 n32 15.3 us, b40 n176 137 us
+// (2-block cluster, 4 columns per warp) before the reflectors were packed, against 19.1 and 219.8 us for the
+// strip-per-warp kernel this replaced; b40 n176 takes 158 us in the QR2 harness with packing. Each chain step
+// (wait for the reflector, one 6-value butterfly, scalars, publish) still costs ~800 cycles, which is most
+// of the n32 time.
 //
 // The matrix is first scaled by a power of two (exact) to max|a| in [0.5, 1), so FP32 sums of squares
 // cannot overflow; R is scaled back on the way out. A column whose tail squares sum below 2^-100 gets its
@@ -333,7 +334,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
 
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
-    // cluster: armed for their bytes (32 RL floats and tau), which that block's st.async stores deliver
+    // cluster: armed (below) for their bytes, 32 (RL - r / 32) floats and tau, which that block's st.async
+    // stores deliver
     for (int r = t; r < K; r += blockDim.x) {
         const bool local = CL == 1 || (r % G) / nwarps == q;
         bar_init(&bars[r], local ? 32 : 1);
