@@ -17,7 +17,7 @@
 // overlaps the chain instead of lengthening it. A chain step is one warp reduction: the dot v . a that
 // updates the column is reduced together with the sums that give the updated column's tail norm by
 // expansion (||a - s v||^2 = ||a||^2 - 2 s v.a + s^2 ||v||^2, over the tail). The expansion is kept only
-// when it lost at most two bits to cancellation; otherwise (and for tails so small that FP32 squares lose
+// when it lost at most three bits to cancellation; otherwise (and for tails so small that FP32 squares lose
 // precision) the norm is reduced again directly, from the updated column. The reflector's scalars use the
 // hardware rsqrt and fast divisions. A warp applies a reflector to its C columns (a power of two) with one
 // butterfly reduce-scatter of the C dots.
@@ -28,8 +28,10 @@
 // (wait for the reflector, one 6-value butterfly, scalars, publish) still costs ~800 cycles, which is most
 // of the n32 time.
 //
-// The matrix is first scaled by a power of two (exact) to max|a| in [0.5, 1), so FP32 sums of squares
-// cannot overflow; R is scaled back on the way out. A column whose tail squares sum below 2^-100 gets its
+// The matrix is first scaled by a power of two to max|a| in [0.5, 1), so FP32 sums of squares cannot
+// overflow; R is scaled back on the way out. The scaling is exact except for entries it pushes below FP32's
+// normal range (a matrix whose entries span more than ~2^125): those lose bits or become zero, which the
+// norm-wise error bound allows but LAPACK would not do. A column whose tail squares sum below 2^-100 gets its
 // norm and scalars in FP64.
 #include <cooperative_groups.h>
 #include <float.h>
@@ -217,7 +219,7 @@ __device__ __forceinline__ float apply_and_reflect(const float (&v)[RL], float t
         if (reaches(i, r)) x[i] = fmaf(-w, v[i], x[i]);
     const float alpha = fmaf(-w, s[5], s[4]);  // the same FMA as the owning lane's update of x[p]
     const float ss = fmaf(w, fmaf(w, s[3], -2.f * s[2]), s[1]);
-    // kept when the terms were at most 4x the result (cancellation cost <= 2 bits) and FP32 squares are exact
+    // kept when the terms were at most 8x the result (cancellation cost <= 3 bits) and FP32 squares are exact
     // enough; warp-uniform, because every lane holds the same sums
     if (ss >= 0.25f * fmaf(w * w, s[3], s[1]) && ss >= 0x1p-100f) return finish_reflector(x, vn, p, lane, alpha, ss, true);
     return make_reflector(x, vn, p, lane);
