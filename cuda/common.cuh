@@ -57,6 +57,50 @@ __device__ __forceinline__ void butterfly_scatter_round(float (&d)[N], int lane)
     }
 }
 
+// Butterfly reduce-scatter of 32 slots (31 shuffles): afterwards d[0] of lane l holds the warp-wide sum of slot l.
+__device__ __forceinline__ float warp_reduce_scatter32(float (&d)[32], int lane) {
+    butterfly_scatter_round<16, 16>(d, lane);
+    butterfly_scatter_round<8, 8>(d, lane);
+    butterfly_scatter_round<4, 4>(d, lane);
+    butterfly_scatter_round<2, 2>(d, lane);
+    butterfly_scatter_round<1, 1>(d, lane);
+    return d[0];
+}
+
+// LAPACK slarft (forward, column-wise) of up to 32 reflectors, from their dots G[k][j] = v_k . v_j (k < j;
+// every such entry finite, also past column kk) and tau, by recursive doubling: for adjacent diagonal blocks
+// T11 and T22, T12 = -T11 G12 T22. Reflectors past kk are identities (tau 0). T gets T[i][j] for i <= j (0
+// below); X is scratch. Block-wide: thread t of nthreads, every thread of the block calls it.
+__device__ inline void larft_doubling(const float (*G)[33], const float* taus, int kk, float (*T)[33], float (*X)[33],
+                                      int t, int nthreads) {
+    constexpr int W = 32;
+    for (int r = t; r < W * W; r += nthreads) {
+        const int i = r % W, jj = r / W;
+        T[i][jj] = i == jj && i < kk ? taus[i] : 0.f;
+    }
+    __syncthreads();
+    for (int s = 1; s < W; s *= 2) {
+        for (int r = t; r < W * W / 2; r += nthreads) {  // X = G12 T22 for every merge of this level
+            const int i = r % s, jj = (r / s) % s, b0 = (r / (s * s)) * 2 * s;
+            if (b0 + s < W) {
+                float acc = 0.f;
+                for (int l = 0; l <= jj; ++l) acc += G[b0 + i][b0 + s + l] * T[b0 + s + l][b0 + s + jj];
+                X[b0 + i][jj] = acc;
+            }
+        }
+        __syncthreads();
+        for (int r = t; r < W * W / 2; r += nthreads) {  // T12 = -T11 X
+            const int i = r % s, jj = (r / s) % s, b0 = (r / (s * s)) * 2 * s;
+            if (b0 + s < W) {
+                float acc = 0.f;
+                for (int l = i; l < s; ++l) acc += T[b0 + i][b0 + l] * X[b0 + l][jj];
+                T[b0 + i][b0 + s + jj] = -acc;
+            }
+        }
+        __syncthreads();
+    }
+}
+
 // Raises the kernel's dynamic shared memory limit to what `bytes` needs (idempotent, cheap).
 template <typename Kernel>
 static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what) {

@@ -23,7 +23,8 @@
 //
 // The dots use x unscaled, so the panel is first scaled by a power of two (exact) to a max-abs in
 // [0.5, 1); R is scaled back on the way out, V, tau and T are scale-invariant. With that scaling the
-// reflector's scalars are FP32; only the sum of squares is accumulated in FP64.
+// reflector's scalars are FP32 (FP64 for columns far below the panel's largest); the sum of squares is
+// accumulated in FP64.
 #include <cooperative_groups.h>
 
 #include "common.cuh"
@@ -49,17 +50,6 @@ struct Shared {
     float taus[W];
     float cmax;
 };
-
-// Butterfly reduce-scatter (31 shuffles): afterwards lane l holds the warp-wide sum of slot l.
-__device__ __forceinline__ float reduce_scatter(float (&d)[W], int lane) {
-    static_assert(W == 32, "one slot per lane");
-    butterfly_scatter_round<16, 16>(d, lane);
-    butterfly_scatter_round<8, 8>(d, lane);
-    butterfly_scatter_round<4, 4>(d, lane);
-    butterfly_scatter_round<2, 2>(d, lane);
-    butterfly_scatter_round<1, 1>(d, lane);
-    return d[0];
-}
 
 template <int RPT>
 __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args a) {
@@ -143,7 +133,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
         }
 
         // (b) reduce: warp (butterfly), block (shared memory), cluster (distributed shared memory)
-        const float dsum = reduce_scatter(d, lane);
+        const float dsum = warp_reduce_scatter32(d, lane);  // W == 32: one slot per lane
         ss = warp_sum(ss);
         sh.wred[buf][wid][lane] = dsum;
         if (lane == 0) sh.wss[buf][wid] = ss;
@@ -183,17 +173,28 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             if (l >= 0 && l < j - 1) sh.G[l][j - 1] = tot;
         }
         if (active) {
-            // FP32 scalars (the panel is scaled to max-abs ~1, so only the FP64 sum of squares needs range)
+            // FP32 scalars (the panel is scaled to max-abs ~1, so only the FP64 sum of squares needs range),
+            // but FP64 for tails whose squares sum below 2^-100: a column far smaller than the panel's largest
+            // (alpha^2 would underflow, and v = x / (alpha - beta) needs x's bits, not FP32 products)
             const float alpha = s0->rowv[buf][0];
-            const float sig = (float)sigma;
+            const bool tiny = sigma > 0.0 && sigma < 0x1p-100;
             float beta = alpha, tau = 0.f, scal = 0.f;
-            if (sig > 0.f) {  // false for 0 and NaN: the column is left as it is
+            double scal64 = 0.0;
+            if (tiny) {
+                double beta64, tau64;
+                householder_scalars((double)alpha, sigma, beta64, tau64, scal64);
+                beta = (float)beta64;
+                tau = (float)tau64;
+            } else if (sigma > 0.0) {  // false for 0 and NaN: the column is left as it is
+                const float sig = (float)sigma;
                 beta = -copysignf(sqrtf(fmaf(alpha, alpha, sig)), alpha);
                 tau = (beta - alpha) / beta;
                 scal = 1.f / (alpha - beta);
             }
             const bool right = lane >= 1 && lane <= nrem;
-            const float s_lane = right ? tau * fmaf(scal, tot, s0->rowv[buf][lane]) : 0.f;
+            const float s_lane = !right ? 0.f
+                                 : tiny ? (float)(tau * fma(scal64, (double)tot, (double)s0->rowv[buf][lane]))
+                                        : tau * fmaf(scal, tot, s0->rowv[buf][lane]);
             if (q == 0 && t == 0) {
                 sh.taus[j] = tau;
                 a.tau[b * a.tau_bs + j] = tau;
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             for (int k = 0; k < RPT; ++k) {
                 const int i = row0 + t + k * THREADS;
                 if (i < row_end && i > j) {
-                    const float v = p[k][0] * scal;
+                    const float v = tiny ? (float)(p[k][0] * scal64) : p[k][0] * scal;
                     p[k][0] = v;
 #pragma unroll
                     for (int c = 1; c < W; ++c)
@@ -249,32 +250,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
     }
     if (q == 0) {
         for (int r = t; r < a.v_row0 * w; r += THREADS) v[(int64_t)(r / a.v_row0) * a.ldv + r % a.v_row0] = 0.f;
-        // T from the reflector dots by recursive doubling; reflectors past kk are identities (tau 0)
-        for (int r = t; r < W * W; r += THREADS) {
-            const int i = r % W, jj = r / W;
-            sh.T[i][jj] = i == jj && i < kk ? sh.taus[i] : 0.f;
-        }
-        __syncthreads();
-        for (int s = 1; s < W; s *= 2) {
-            for (int r = t; r < W * W / 2; r += THREADS) {  // X = G12 T22 for every merge of this level
-                const int i = r % s, jj = (r / s) % s, b0 = (r / (s * s)) * 2 * s;
-                if (b0 + s < W) {
-                    float acc = 0.f;
-                    for (int l = 0; l <= jj; ++l) acc += sh.G[b0 + i][b0 + s + l] * sh.T[b0 + s + l][b0 + s + jj];
-                    sh.X[b0 + i][jj] = acc;
-                }
-            }
-            __syncthreads();
-            for (int r = t; r < W * W / 2; r += THREADS) {  // T12 = -T11 X
-                const int i = r % s, jj = (r / s) % s, b0 = (r / (s * s)) * 2 * s;
-                if (b0 + s < W) {
-                    float acc = 0.f;
-                    for (int l = i; l < s; ++l) acc += sh.T[b0 + i][b0 + l] * sh.X[b0 + l][jj];
-                    sh.T[b0 + i][b0 + s + jj] = -acc;
-                }
-            }
-            __syncthreads();
-        }
+        larft_doubling(sh.G, sh.taus, kk, sh.T, sh.X, t, THREADS);
         float* T = a.t + b * a.t_bs;
         for (int r = t; r < w * w; r += THREADS) T[r] = sh.T[r % w][r / w];
     }
