@@ -32,9 +32,18 @@ static const qr2_route routes[] = {
      "the 2-block cluster kernel at any batch, for n <= 192 too large for one block's registers"},
     {"on_chip", QR2_ROUTE_ON_CHIP, 0, 8, 0, 0, 0, 0, 1,
      "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
+    /* n >= 512 and batch >= 100: a 64-column outer panel (two 32-column panels, then one update of the rest)
+     * halves the passes of the memory-bound trailing update over C. Measured (H200) against blocked_nb32:
+     * 640 x 512 1.07x, 100 x 1024 1.10x, 200 x 1024 1.16x, 200 x 672 1.04x faster; 100 x 672 1.02x slower;
+     * n 224-320 at batch 100-640 and every n at batch <= 40 slower */
+    {"blocked_nb64", QR2_ROUTE_BLOCKED, 512, 0, 100, 0, 64, 32, 1,
+     "`blocked_nb32` with 64-column outer panels: each is factored as two 32-column panels with an update "
+     "between them, then applied to the rest of the matrix at once (T built from V's Gram matrix)"},
     {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 0, 32, 32, 1,
-     "blocked Householder: 32-column panels in registers across a thread-block cluster (V and T "
-     "built on chip), trailing update C -= V (T^T (V^T C)) with FP32 cuBLAS GEMMs; any shape"},
+     "blocked Householder with 32-column panels, any shape. Panels of up to 512 rows are factored by the "
+     "`registers` kernel (columns dealt to warps, the reflector chain run warp to warp), taller ones in "
+     "registers across a thread-block cluster (one cluster-wide reduction per reflector); either also writes "
+     "V and T. The trailing update C -= V (T^T (V^T C)) is three FP32 cuBLAS GEMMs"},
 };
 enum { ROUTE_COUNT = sizeof routes / sizeof routes[0] };
 
@@ -148,16 +157,18 @@ static int split_width(int w) {
     return half < w ? half : w - 1;
 }
 
-/* Factors columns [k0, k0 + w) of rows [k0, m). A panel of at most 32 columns whose rows one cluster
- * holds is one register-panel launch, which also builds T (*t_ready = 1). Otherwise: one shared- or
- * global-memory panel kernel when narrow enough, else left half, update of the right half, right half. */
+/* Factors columns [k0, k0 + w) of rows [k0, m). A panel of at most 32 columns is one register-panel launch
+ * that also builds T (*t_ready = 1): the `registers` kernel up to 512 rows (measured 2x faster there at batch
+ * 1), panel_wy's cluster for taller panels up to its limit. Otherwise: one shared- or global-memory panel
+ * kernel when narrow enough, else left half, update of the right half, right half. */
 static int factor_panel(const blocked_ctx* c, int k0, int jo, int w, int* t_ready) {
     const qr2_problem* p = c->p;
     const int mr = p->m - k0;
     const int kmin = p->m < p->n ? p->m : p->n;
     float* panel = p->h + (int64_t)k0 * p->m + k0;
     *t_ready = 0;
-    if (w <= QR2_PANEL_WY_MAX_W && qr2_panel_wy_supported(mr, w)) {
+    const int registers = qr2_register_panel_supported(mr, w, c->smem_optin);
+    if (registers || (w <= QR2_PANEL_WY_MAX_W && qr2_panel_wy_supported(mr, w))) {
         qr2_panel_wy_args a = {
             .batch = p->batch, .m = mr, .w = w,
             .h = panel, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
@@ -166,7 +177,7 @@ static int factor_panel(const blocked_ctx* c, int k0, int jo, int w, int* t_read
             .t = c->t, .t_bs = (int64_t)w * w,
         };
         *t_ready = 1;
-        return qr2_panel_wy(&a, p->device, p->stream);
+        return registers ? qr2_register_panel(&a, p->device, p->stream) : qr2_panel_wy(&a, p->device, p->stream);
     }
     const int fits = qr2_panel_fits_on_chip(mr, w, c->smem_optin);
     const int never_fits = !qr2_panel_fits_on_chip(mr, 1, c->smem_optin);

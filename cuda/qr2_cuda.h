@@ -76,6 +76,14 @@ typedef struct qr2_panel_wy_args {
 int qr2_panel_wy_supported(int64_t m, int64_t w);
 int qr2_panel_wy(const qr2_panel_wy_args* args, int device, void* stream);
 
+/* The same contract (H, tau, V, T of an m x w panel, in place) from the register kernel of register_qr.cu:
+ * columns dealt to warps, rows across lanes, the reflector chain run warp to warp; one block or a 2-block
+ * cluster per panel. w <= 32 and m <= QR2_REGISTER_PANEL_MAX_M (taller panels measured no faster than
+ * qr2_panel_wy's: 24 and 32 rows per lane spill and lengthen every chain step). */
+#define QR2_REGISTER_PANEL_MAX_M 512
+int qr2_register_panel_supported(int64_t m, int64_t w, int smem_optin);
+int qr2_register_panel(const qr2_panel_wy_args* args, int device, void* stream);
+
 /* Whole small matrices factored in one launch (LAPACK sgeqrf semantics): reads A through its strides
  * (src may equal h), writes H (column-major, ld m, m*n apart) and tau (min(m, n) per matrix). */
 typedef struct qr2_whole_qr_args {

@@ -2,6 +2,12 @@
 // or a cluster of two blocks that share its columns. One launch does all of it: load (any strides),
 // factor, write H and tau.
 //
+// Panel mode (PANEL, for the blocked routes): the same kernel factors an m x w panel (w <= 32, m <= 512) in
+// place and also writes the explicit reflectors V and the compact-WY factor T. The warp that built
+// reflector j computes column j of G = V^T V from the reflectors already in shared memory once it has no
+// chain work pending; block 0 builds T from G by recursive doubling at the end. At batch 1 a 512 x 32 panel
+// takes 44 us against 86 us for panel_wy.cu's cluster-rows kernel (H200, torch.profiler).
+//
 // Layout: the matrix's G warps (G = blocks x warps per block) own its columns cyclically: warp g holds
 // columns g, g + G, g + 2G, ... (C of them); lane l holds rows l, l + 32, ... (RL per lane). Every
 // reflector stays in shared memory once built (lane-major, so reads are free of bank conflicts; packed
@@ -44,17 +50,43 @@ namespace {
 
 constexpr unsigned FULL = 0xffffffffu;
 
-// Registers per thread: the C x RL block, this lane's rows of one reflector, C dots, ~36 others.
-__host__ __device__ constexpr int regs_per_thread(int RL, int C) { return (C * RL + RL + C + 36 + 7) / 8 * 8; }
-// Warps one block may run: each of the four schedulers holds a quarter of them in its quarter
-// (16384 registers) of the register file.
-__host__ __device__ constexpr int max_warps(int RL, int C) {
-    return 4 * (16384 / (32 * regs_per_thread(RL, C))) < 32 ? 4 * (16384 / (32 * regs_per_thread(RL, C))) : 32;
+constexpr int T_MAX = 32;  // widest panel (whose T the kernel builds)
+
+// Registers per thread: the C x RL block, this lane's rows of one reflector, C dots, ~36 others (panels: ~12
+// more, for the dots of G and the addresses of V and T).
+__host__ __device__ constexpr int regs_per_thread(int RL, int C, bool panel) {
+    return (C * RL + RL + C + (panel ? 48 : 36) + 7) / 8 * 8;
+}
+__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+// Warps one block may run: each of the four schedulers holds a quarter of them in its quarter (16384
+// registers) of the register file; a panel's T_MAX columns need no more than T_MAX / (C CL) warps, and a
+// smaller launch bound leaves the compiler more registers.
+__host__ __device__ constexpr int max_warps(int RL, int C, int CL, bool panel) {
+    return min_int(min_int(4 * (16384 / (32 * regs_per_thread(RL, C, panel))), 32),
+                   panel ? (T_MAX + C * CL - 1) / (C * CL) : 32);
 }
 
 struct Head {
     float wmax[32];
     float cmax;
+};
+
+// One launch's work: whole matrices (routes `registers*`), or the panels of the blocked route, factored in
+// place, which also want the explicit reflectors V and the compact-WY factor T.
+struct Job {
+    int64_t batch;
+    int m, n;
+    const float* src;  // element (i, j) of matrix b at src[b src_bs + i src_rs + j src_cs]; may be h
+    int64_t src_rs, src_cs, src_bs;
+    float* h;  // column j of H at h + b h_bs + j ldh
+    int64_t ldh, h_bs;
+    float* tau;
+    int64_t tau_bs;
+    float* v;  // panels: reflector j in column j (ld ldv), rows [v_row0, v_row0 + m), zeros above
+    int64_t ldv, v_bs;
+    int v_row0;
+    float* t;  // panels (n <= T_MAX): T, column-major, ld n
+    int64_t t_bs;
 };
 
 // Reflector r is zero above row r, so it is kept from its register group r / 32 down: 32 (RL - r / 32)
@@ -65,15 +97,18 @@ __host__ __device__ inline int reflector_offset(int r, int RL) {
     return 1024 * (g * RL - g * (g - 1) / 2) + 32 * (r & 31) * (RL - g);
 }
 
-// Dynamic shared memory: the head, K mbarriers, K taus, then the K packed reflectors.
+// Dynamic shared memory: the head, K mbarriers, K taus, for panels the reflector dots G, T and the scratch of
+// T's build (T_MAX x (T_MAX + 1) each), then the K packed reflectors.
+constexpr int PANEL_SQUARE_BYTES = 4 * T_MAX * (T_MAX + 1);
 struct Layout {
-    int bar, tau, v, bytes;
+    int bar, tau, g, v, bytes;
 };
-__host__ __device__ inline Layout layout(int K, int RL) {
+__host__ __device__ inline Layout layout(int K, int RL, bool with_t) {
     Layout l;
     l.bar = (int)((sizeof(Head) + 15) / 16 * 16);
     l.tau = l.bar + 8 * K;
-    l.v = l.tau + ((4 * K + 15) / 16 * 16);
+    l.g = l.tau + ((4 * K + 15) / 16 * 16);
+    l.v = l.g + (with_t ? 3 * PANEL_SQUARE_BYTES : 0);
     l.bytes = l.v + 4 * reflector_offset(K, RL);
     return l;
 }
@@ -296,20 +331,29 @@ __device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, 
     if (lane == 0) tau_out[r] = tau;
 }
 
-// Writes column j of H (h points at this lane's row 0 of the matrix): R (rows <= j) scaled back by 2^expo,
-// v below it as is.
+// Writes column j of H (h points at this lane's row 0 of the matrix, columns ldh apart): R (rows <= j) scaled
+// back by 2^expo, v below it as is.
 template <int RL>
-__device__ __forceinline__ void write_column(const float (&x)[RL], float* h, int j, int m, int ml, int expo) {
-    const int lane = m - ml;
+__device__ __forceinline__ void write_column(const float (&x)[RL], float* h, int j, int64_t ldh, int lane, int ml,
+                                             int expo) {
 #pragma unroll
     for (int i = 0; i < RL; ++i)
-        if (32 * i < ml) h[(int64_t)j * m + 32 * i] = 32 * i <= j - lane ? scalbnf(x[i], expo) : x[i];
+        if (32 * i < ml) h[j * ldh + 32 * i] = 32 * i <= j - lane ? scalbnf(x[i], expo) : x[i];
+}
+
+// Writes reflector j (this lane's rows of it) into column j of the explicit V.
+template <int RL>
+__device__ __forceinline__ void write_reflector(const float (&v)[RL], float* vout, int j, int64_t ldv, int ml) {
+#pragma unroll
+    for (int i = 0; i < RL; ++i)
+        if (32 * i < ml) vout[j * ldv + 32 * i] = v[i];
 }
 
 // Column j (x[0]) is final: writes it out and shifts the warp's later columns down one slot.
 template <int RL, int C>
-__device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j, int m, int ml, int expo) {
-    write_column(x[0], h, j, m, ml, expo);
+__device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j, int64_t ldh, int lane, int ml,
+                                              int expo) {
+    write_column(x[0], h, j, ldh, lane, ml, expo);
 #pragma unroll
     for (int c = 0; c + 1 < C; ++c)
 #pragma unroll
@@ -318,12 +362,42 @@ __device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j
     for (int i = 0; i < RL; ++i) x[C - 1][i] = 0.f;
 }
 
-template <int RL, int C, int CL>
-__global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(qr2_whole_qr_args a) {
+// Panels: column j of G = V^T V (G[i][j] = v_i . v_j for i < j) from reflector j (vj, in this warp's
+// registers) and the earlier ones in shared memory, all kept whole (j < 32: from register group 0). Runs on
+// the warp that built reflector j, off the chain (its next link is G steps away), eight dots at a time to
+// keep registers free: a reduce-scatter leaves dot 8 c + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
+template <int RL>
+__device__ __forceinline__ void reflector_dots(const float (&vj)[RL], const float* vs, float (*gs)[T_MAX + 1], int j,
+                                               int lane) {
+    for (int c = 0; 8 * c < j; ++c) {
+        float d[8];
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const int i = 8 * c + s;
+            d[s] = 0.f;
+            if (i < j)
+#pragma unroll
+                for (int k = 0; k < RL; ++k) d[s] = fmaf(vs[32 * RL * i + 32 * k + lane], vj[k], d[s]);
+        }
+        butterfly_scatter_round<4, 16>(d, lane);
+        butterfly_scatter_round<2, 8>(d, lane);
+        butterfly_scatter_round<1, 4>(d, lane);
+        float sum = d[0] + __shfl_xor_sync(FULL, d[0], 2);
+        sum += __shfl_xor_sync(FULL, sum, 1);
+        const int i = 8 * c + (lane >> 2);
+        if ((lane & 3) == 0 && i < j) gs[i][j] = sum;
+    }
+}
+
+template <int RL, int C, int CL, bool PANEL>
+__global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), 1) register_qr_kernel(Job a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int m = a.m, n = a.n, K = m < n ? m : n;
-    const Layout lay = layout(K, RL);
+    const Layout lay = layout(K, RL, PANEL);
     Head* head = reinterpret_cast<Head*>(smem);
+    auto gs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g);  // panels: G, T, scratch
+    auto ts = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g + PANEL_SQUARE_BYTES);
+    auto xs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g + 2 * PANEL_SQUARE_BYTES);
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + lay.bar);
     float* taus = reinterpret_cast<float*>(smem + lay.tau);
     float* vs = reinterpret_cast<float*>(smem + lay.v);
@@ -334,6 +408,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     const int G = CL * nwarps;     // warps per matrix
     const int g = q * nwarps + warp;  // this warp holds columns g + G c, c < C
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
+    if (PANEL)  // G's entries that no reflector writes (columns past K) must be finite
+        for (int i = t; i < T_MAX * (T_MAX + 1); i += blockDim.x) (&gs[0][0])[i] = 0.f;
 
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
     // cluster: armed (below) for their bytes, 32 (RL - r / 32) floats and tau, which that block's st.async
@@ -378,8 +454,9 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
 #pragma unroll
         for (int i = 0; i < RL; ++i) x[c][i] = scalbnf(x[c][i], -expo);
 
-    float* tau_out = a.tau + mat * K;
-    float* h = a.h + mat * (int64_t)m * n + lane;
+    float* tau_out = a.tau + mat * a.tau_bs;
+    float* h = a.h + mat * a.h_bs + lane;
+    float* vout = PANEL ? a.v + mat * a.v_bs + a.v_row0 + lane : nullptr;
 
     // x[0] is always this warp's lowest unfinished column jn, x[c] column jn + G c: a column is written out
     // as soon as its reflector is built, and the rest shift down
@@ -390,7 +467,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
     if (jn == 0 && K > 0) {
         taum = make_reflector(x[0], vm, 0, lane);
         publish<RL, CL>(0, vm, taum, vs, taus, bars, tau_out, q, lane);
-        retire_column(x, h, jn, m, ml, expo);
+        if constexpr (PANEL) write_reflector(vm, vout, 0, a.ldv, ml);
+        retire_column(x, h, jn, a.ldh, lane, ml, expo);
         jn += G;
     }
     for (int r = 0; r < steps; ++r) {
@@ -410,58 +488,90 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C), 1) register_qr_kernel(q
         if (r + 1 == jn && jn < K) {
             taum = apply_and_reflect(v, tau, x[0], vm, r, lane);
             publish<RL, CL>(jn, vm, taum, vs, taus, bars, tau_out, q, lane);
-            retire_column(x, h, jn, m, ml, expo);
+            if constexpr (PANEL) write_reflector(vm, vout, jn, a.ldv, ml);
+            retire_column(x, h, jn, a.ldh, lane, ml, expo);
             jn += G;
         }
         bool live[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) live[c] = jn + G * c < n;
         apply_reflector<RL, C>(v, tau, x, live, r, lane);
+        if constexpr (PANEL)  // after the apply: v is dead, its registers free
+            if (r + 1 == jn - G) reflector_dots(vm, vs, gs, r + 1, lane);
     }
 
     // columns no reflector was built from (n > m): all R
 #pragma unroll
     for (int c = 0; c < C; ++c)
-        if (jn + G * c < n) write_column(x[c], h, jn + G * c, m, ml, expo);
+        if (jn + G * c < n) write_column(x[c], h, jn + G * c, a.ldh, lane, ml, expo);
+    if (PANEL && q == 0)  // rows above the panel's reflectors
+        for (int i = t; i < a.v_row0 * K; i += blockDim.x)
+            a.v[mat * a.v_bs + (int64_t)(i / a.v_row0) * a.ldv + i % a.v_row0] = 0.f;
     if (CL > 1) {
         // no block leaves while the other may still write into it: every reflector has landed here, and
         // the other block has seen its own
         for (int r = t; r < K; r += blockDim.x) bar_wait(&bars[r]);
         cg::this_cluster().sync();
+    } else if (PANEL) {
+        __syncthreads();  // every warp's columns of G are in
     }
+    if (PANEL && q == 0) {
+        if (CL > 1) {  // the columns of G that the other block's warps computed
+            const float(*other)[T_MAX + 1] = cg::this_cluster().map_shared_rank(gs, 1);
+            for (int i = t; i < T_MAX * T_MAX; i += blockDim.x) {
+                const int row = i % T_MAX, col = i / T_MAX;
+                if (col < K && (col % G) / nwarps != 0) gs[row][col] = other[row][col];
+            }
+            __syncthreads();
+        }
+        larft_doubling(gs, taus, K, ts, xs, t, blockDim.x);
+        float* tout = a.t + mat * a.t_bs;
+        for (int i = t; i < K * K; i += blockDim.x) tout[i] = ts[i % K][i / K];
+    }
+    if (CL > 1 && PANEL) cg::this_cluster().sync();  // block 0 has read the other block's G
 }
 
+// Rows per lane: whole matrices m <= 256 exactly; panels (m <= 512) in a few steps, to bound the kernels built.
 int rows_per_lane(int64_t m) { return m <= 256 ? (int)((m + 31) / 32) : 0; }
+int panel_rows_per_lane(int64_t m) {
+    static_assert(QR2_REGISTER_PANEL_MAX_M == 32 * 16, "the tallest panel is RL = 16");
+    for (int RL : {1, 2, 4, 8, 12, 16})
+        if (m <= 32 * RL) return RL;
+    return 0;
+}
 
 // Columns per warp, smallest first: fewer columns per warp shorten every warp's share of each reflector.
 constexpr int COLUMN_CHOICES[] = {1, 2, 4, 8};  // powers of two: see column_sums
+__host__ __device__ constexpr int max_columns(int RL, bool panel) { return panel || RL > 8 ? 4 : 8; }  // beyond: spills
 
 int warps_per_block(int64_t n, int C, int cluster) { return (int)(((n + C - 1) / C + cluster - 1) / cluster); }
 
-int fits(int RL, int C, int64_t n, int cluster) { return warps_per_block(n, C, cluster) <= max_warps(RL, C); }
+int fits(int RL, int C, int64_t n, int cluster, bool panel) {
+    return C <= max_columns(RL, panel) && warps_per_block(n, C, cluster) <= max_warps(RL, C, cluster, panel);
+}
 
 // The fewest columns per warp whose warps fit one block, or 0; but while the batch would then ask for more
 // warps than `resident_warps` (32 per SM), more columns per warp: fewer warps per matrix, more matrices in
 // flight at once (a large batch is throughput-bound, not bound by one matrix's chain of reflectors).
-int columns_per_warp(int64_t m, int64_t n, int cluster, int64_t batch, int64_t resident_warps) {
-    const int RL = rows_per_lane(m);
+int columns_per_warp(int RL, int64_t n, int cluster, bool panel, int64_t batch, int64_t resident_warps) {
     int chosen = 0;
     for (int C : COLUMN_CHOICES) {
-        if (!fits(RL, C, n, cluster)) continue;
+        if (!fits(RL, C, n, cluster, panel)) continue;
         chosen = C;
         if (batch * cluster * warps_per_block(n, C, cluster) <= resident_warps) break;
     }
     return chosen;
 }
 
-template <int RL, int C, int CL>
-int launch(const qr2_whole_qr_args* a, void* stream) {
-    const int K = a->m < a->n ? a->m : a->n;
-    const int bytes = layout(K, RL).bytes;
-    if (qr2_allow_smem(register_qr_kernel<RL, C, CL>, bytes, "register_qr: cudaFuncSetAttribute")) return 1;
+template <int RL, int C, int CL, bool PANEL>
+int launch(const Job& a, void* stream) {
+    const int K = a.m < a.n ? a.m : a.n;
+    const int bytes = layout(K, RL, PANEL).bytes;
+    auto kernel = register_qr_kernel<RL, C, CL, PANEL>;
+    if (qr2_allow_smem(kernel, bytes, "register_qr: cudaFuncSetAttribute")) return 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(a->batch * CL));
-    cfg.blockDim = dim3((unsigned)(32 * warps_per_block(a->n, C, CL)));
+    cfg.gridDim = dim3((unsigned)(a.batch * CL));
+    cfg.blockDim = dim3((unsigned)(32 * warps_per_block(a.n, C, CL)));
     cfg.dynamicSmemBytes = (size_t)bytes;
     cfg.stream = (cudaStream_t)stream;
     cudaLaunchAttribute attr[1];
@@ -471,48 +581,109 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = CL > 1 ? 1 : 0;
-    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, register_qr_kernel<RL, C, CL>, *a), "register_qr launch");
+    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, a), "register_qr launch");
     QR2_CHECK_LAUNCH("register_qr launch");
     return 0;
 }
 
-template <int RL, int CL>
-int launch_columns(const qr2_whole_qr_args* a, int sms, void* stream) {
-    switch (columns_per_warp(a->m, a->n, CL, a->batch, 32 * (int64_t)sms)) {
-        case 1: return launch<RL, 1, CL>(a, stream);
-        case 2: return launch<RL, 2, CL>(a, stream);
-        case 4: return launch<RL, 4, CL>(a, stream);
-        default: return launch<RL, 8, CL>(a, stream);
+template <int RL, int CL, bool PANEL>
+int launch_columns(const Job& a, int sms, void* stream) {
+    switch (columns_per_warp(RL, a.n, CL, PANEL, a.batch, 32 * (int64_t)sms)) {
+        case 1: return launch<RL, 1, CL, PANEL>(a, stream);
+        case 2: return launch<RL, 2, CL, PANEL>(a, stream);
+        case 4: return launch<RL, 4, CL, PANEL>(a, stream);
+        case 8:
+            if constexpr (max_columns(RL, PANEL) >= 8) return launch<RL, 8, CL, PANEL>(a, stream);
+            break;
     }
+    return qr2_record_error("register_qr", "matrix too large for the registers of the cluster");
 }
 
-template <int CL>
-int launch_rows(const qr2_whole_qr_args* a, int sms, void* stream) {
-    switch (rows_per_lane(a->m)) {
-        case 1: return launch_columns<1, CL>(a, sms, stream);
-        case 2: return launch_columns<2, CL>(a, sms, stream);
-        case 3: return launch_columns<3, CL>(a, sms, stream);
-        case 4: return launch_columns<4, CL>(a, sms, stream);
-        case 5: return launch_columns<5, CL>(a, sms, stream);
-        case 6: return launch_columns<6, CL>(a, sms, stream);
-        case 7: return launch_columns<7, CL>(a, sms, stream);
-        default: return launch_columns<8, CL>(a, sms, stream);
+template <int CL, bool PANEL>
+int launch_rows(const Job& a, int RL, int sms, void* stream) {
+    switch (RL) {
+        case 1: return launch_columns<1, CL, PANEL>(a, sms, stream);
+        case 2: return launch_columns<2, CL, PANEL>(a, sms, stream);
+        case 4: return launch_columns<4, CL, PANEL>(a, sms, stream);
+        case 8: return launch_columns<8, CL, PANEL>(a, sms, stream);
     }
+    if constexpr (PANEL) {
+        switch (RL) {
+            case 12: return launch_columns<12, CL, PANEL>(a, sms, stream);
+            case 16: return launch_columns<16, CL, PANEL>(a, sms, stream);
+        }
+    } else {
+        switch (RL) {
+            case 3: return launch_columns<3, CL, PANEL>(a, sms, stream);
+            case 5: return launch_columns<5, CL, PANEL>(a, sms, stream);
+            case 6: return launch_columns<6, CL, PANEL>(a, sms, stream);
+            case 7: return launch_columns<7, CL, PANEL>(a, sms, stream);
+        }
+    }
+    return qr2_record_error("register_qr", "matrix too tall for the registers of the cluster");
+}
+
+template <bool PANEL>
+int run(const Job& a, int RL, int cluster, int device, void* stream) {
+    int sms = 0;
+    if (qr2_cuda_sm_count(device, &sms)) return 1;
+    return cluster == 1 ? launch_rows<1, PANEL>(a, RL, sms, stream) : launch_rows<2, PANEL>(a, RL, sms, stream);
+}
+
+int holds(int RL, int64_t m, int64_t n, int cluster, bool panel, int smem_optin) {
+    const int64_t K = m < n ? m : n;
+    return RL > 0 && n >= 1 && columns_per_warp(RL, n, cluster, panel, 1, 1) > 0 &&
+           layout((int)K, RL, panel).bytes <= smem_optin;
+}
+
+// Panels: a 2-block cluster while the batch leaves SMs idle (each block then has half the columns), or when
+// one block cannot hold the panel.
+int panel_cluster(int RL, int64_t m, int64_t w, int64_t batch, int sms, int smem_optin) {
+    if (2 * batch <= sms || !holds(RL, m, w, 1, true, smem_optin)) return 2;
+    return 1;
 }
 
 }  // namespace
 
 extern "C" int qr2_register_qr_supported(int64_t m, int64_t n, int cluster, int smem_optin) {
-    if ((cluster != 1 && cluster != 2) || rows_per_lane(m) == 0 || n < 1 || n > QR2_REGISTER_QR_MAX) return 0;
-    const int64_t K = m < n ? m : n;
-    return columns_per_warp(m, n, cluster, 1, 1) > 0 && layout((int)K, rows_per_lane(m)).bytes <= smem_optin;
+    if ((cluster != 1 && cluster != 2) || n > QR2_REGISTER_QR_MAX) return 0;
+    return holds(rows_per_lane(m), m, n, cluster, false, smem_optin);
 }
 
-extern "C" int qr2_register_qr(const qr2_whole_qr_args* a, int cluster, int device, void* stream) {
-    if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
+extern "C" int qr2_register_qr(const qr2_whole_qr_args* w, int cluster, int device, void* stream) {
+    if (w->batch <= 0 || w->m <= 0 || w->n <= 0) return 0;
+    int smem_optin = 0;
+    if (qr2_cuda_smem_optin(device, &smem_optin)) return 1;
+    if (!qr2_register_qr_supported(w->m, w->n, cluster, smem_optin))
+        return qr2_record_error("register_qr", "matrix too large for the registers of the cluster");
+    const int64_t K = w->m < w->n ? w->m : w->n;
+    Job a = {};
+    a.batch = w->batch, a.m = w->m, a.n = w->n;
+    a.src = w->src, a.src_rs = w->src_rs, a.src_cs = w->src_cs, a.src_bs = w->src_bs;
+    a.h = w->h, a.ldh = w->m, a.h_bs = (int64_t)w->m * w->n;
+    a.tau = w->tau, a.tau_bs = K;
+    return run<false>(a, rows_per_lane(w->m), cluster, device, stream);
+}
+
+extern "C" int qr2_register_panel_supported(int64_t m, int64_t w, int smem_optin) {
+    const int RL = panel_rows_per_lane(m);
+    if (w < 1 || w > T_MAX || w > m) return 0;
+    return holds(RL, m, w, 1, true, smem_optin) || holds(RL, m, w, 2, true, smem_optin);
+}
+
+extern "C" int qr2_register_panel(const qr2_panel_wy_args* p, int device, void* stream) {
+    if (p->batch <= 0 || p->m <= 0 || p->w <= 0) return 0;
     int smem_optin = 0, sms = 0;
     if (qr2_cuda_smem_optin(device, &smem_optin) || qr2_cuda_sm_count(device, &sms)) return 1;
-    if (!qr2_register_qr_supported(a->m, a->n, cluster, smem_optin))
-        return qr2_record_error("register_qr", "matrix too large for the registers of the cluster");
-    return cluster == 1 ? launch_rows<1>(a, sms, stream) : launch_rows<2>(a, sms, stream);
+    if (!qr2_register_panel_supported(p->m, p->w, smem_optin))
+        return qr2_record_error("register_panel", "panel too wide or too tall for the registers of a cluster");
+    const int RL = panel_rows_per_lane(p->m);
+    Job a = {};
+    a.batch = p->batch, a.m = p->m, a.n = p->w;
+    a.src = p->h, a.src_rs = 1, a.src_cs = p->ldh, a.src_bs = p->h_bs;
+    a.h = p->h, a.ldh = p->ldh, a.h_bs = p->h_bs;
+    a.tau = p->tau, a.tau_bs = p->tau_bs;
+    a.v = p->v, a.ldv = p->ldv, a.v_bs = p->v_bs, a.v_row0 = p->v_row0;
+    a.t = p->t, a.t_bs = p->t_bs;
+    return run<true>(a, RL, panel_cluster(RL, p->m, p->w, p->batch, sms, smem_optin), device, stream);
 }

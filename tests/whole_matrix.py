@@ -1,4 +1,4 @@
-"""Checks shared by the tests of the whole-matrix kernels (test_register_qr.py, test_warp_qr.py): each test file
+"""Checks shared by the tests that force one route (test_register_qr.py, test_warp_qr.py, test_blocked.py): each test file
 forces its route and calls these with shapes its kernel holds."""
 import torch
 

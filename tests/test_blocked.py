@@ -1,0 +1,67 @@
+"""The blocked routes (c_api/routes.c), each forced: `blocked_nb32` and `blocked_nb64` (64-column outer panels
+split into two 32-column panels). Their panels of up to 512 rows go to the register kernel of
+cuda/register_qr.cu (which then also writes V and T), taller ones to cuda/panel_wy.cu. Both routes must pass the
+QR2 checker on every shape, profile and batch."""
+import pytest
+import torch
+
+import qr2_op
+import whole_matrix
+from conftest import requires_cuda
+from reference import CASE_NAMES, generate_input
+from whole_matrix import check
+
+pytestmark = requires_cuda
+
+ROUTES = ["blocked_nb32", "blocked_nb64"]
+
+
+@pytest.fixture(params=ROUTES)
+def route(request):
+    qr2_op._force_route(request.param)
+    yield request.param
+    qr2_op._force_route(None)
+
+
+# Panel heights cross every rows-per-lane step of the register panels (32 | 64 | 128 | 256 | 384 | 512) and the
+# switch to panel_wy past 512 rows; widths leave a last panel narrower than 32.
+SHAPES = [(257, 257), (300, 300), (384, 384), (385, 385), (512, 512), (513, 513), (700, 700), (1024, 1024),
+          (1100, 40), (512, 33), (513, 95), (40, 1100), (777, 300), (300, 777), (1000, 5), (6, 1000), (65, 300)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_shapes(route, shape):
+    A = torch.randn(2, *shape, device="cuda")
+    A[..., :, 1] = 0.0  # a zero column: its reflector must be the identity, T's row and column zero
+    H, tau = whole_matrix.factor(A)
+    check(A, (H, tau))
+    assert torch.all(tau[:, 1] == 0)
+
+
+# Batch 1..66 gets 2-block clusters per register panel, 67 and more one block (panel_cluster in register_qr.cu).
+@pytest.mark.parametrize("batch", [1, 66, 67, 300])
+def test_batch_sizes(route, batch):
+    check(torch.randn(batch, 400, 400, device="cuda"))
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_every_profile(route, case):
+    for cond in (1, 1000):
+        check(generate_input(batch=3, n=512, cond=cond, seed=7 + len(case), case=case))
+
+
+def test_strided_input_is_not_modified(route):
+    base = torch.randn(3, 700, 600, device="cuda")
+    A = base.transpose(-1, -2)[:, :500, :]
+    before = A.clone()
+    check(A)
+    assert torch.equal(A, before)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e30], ids=str)
+def test_tiny_and_huge_values(route, scale):
+    whole_matrix.tiny_and_huge_values(400, scale)
+
+
+def test_lapack_conventions_match_torch(route):
+    whole_matrix.lapack_conventions_match_torch(600)
