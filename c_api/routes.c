@@ -76,11 +76,20 @@ const qr2_route* qr2_route_pick(int64_t m, int64_t n, int64_t batch, int smem_op
     return i < 0 ? 0 : &routes[i];
 }
 
+/* The tall-panel kernel's partial sums (doubles, first in the workspace), when some panel is taller than
+ * one cluster of panel_wy holds. */
+static int64_t tall_panel_floats(const qr2_problem* p) {
+    if (qr2_panel_wy_supported(p->m, 1)) return 0;
+    int sms = 0;
+    if (qr2_cuda_sm_count(p->device, &sms)) sms = 2 * QR2_TALL_PANEL_MAX_BLOCKS; /* enough; the launch fails anyway */
+    return qr2_tall_panel_work_floats(p->m, p->batch, sms);
+}
+
 int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
     if (r->kind != QR2_ROUTE_BLOCKED) return 0;
     /* per matrix: explicit V of one outer panel (m x nb), the leaf's T, the compact-WY scratch */
-    return p->batch * ((int64_t)p->m * r->nb + QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W +
-                       qr2_wy_work_floats(r->nb, p->n));
+    return tall_panel_floats(p) + p->batch * ((int64_t)p->m * r->nb + QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W +
+                                              qr2_wy_work_floats(r->nb, p->n));
 }
 
 /* ---- warp_columns, registers ---- */
@@ -130,6 +139,7 @@ typedef struct blocked_ctx {
     float* t;     /* T of the last register-panel leaf: 32 x 32 per matrix */
     float* wy;    /* compact-WY scratch */
     int64_t wy_bs;
+    void* tall;   /* the tall-panel kernel's partials (NULL: no panel needs it) */
 } blocked_ctx;
 
 static int ldv_of(const blocked_ctx* c) { return c->p->m - c->k_outer; }
@@ -157,31 +167,29 @@ static int split_width(int w) {
     return half < w ? half : w - 1;
 }
 
-/* Factors columns [k0, k0 + w) of rows [k0, m). A panel of at most 32 columns is one register-panel launch
- * that also builds T (*t_ready = 1): the `registers` kernel up to 512 rows (measured 2x faster there at batch
- * 1), panel_wy's cluster for taller panels up to its limit. Otherwise: one shared- or global-memory panel
- * kernel when narrow enough, else left half, update of the right half, right half. */
+/* Factors columns [k0, k0 + w) of rows [k0, m). A panel of at most leaf_nb (<= 32) columns is one kernel: the
+ * `registers` kernel in panel mode up to 512 rows (measured 2x faster than panel_wy there at batch 1), then
+ * panel_wy's cluster while one cluster holds the rows (both also build T: *t_ready = 1), and the many-block
+ * tall-panel kernel beyond. A wider panel: left half, update of the right half, right half. */
 static int factor_panel(const blocked_ctx* c, int k0, int jo, int w, int* t_ready) {
     const qr2_problem* p = c->p;
     const int mr = p->m - k0;
     const int kmin = p->m < p->n ? p->m : p->n;
     float* panel = p->h + (int64_t)k0 * p->m + k0;
     *t_ready = 0;
-    const int registers = qr2_register_panel_supported(mr, w, c->smem_optin);
-    if (registers || (w <= QR2_PANEL_WY_MAX_W && qr2_panel_wy_supported(mr, w))) {
-        qr2_panel_wy_args a = {
-            .batch = p->batch, .m = mr, .w = w,
-            .h = panel, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
-            .tau = p->tau + k0, .tau_bs = kmin,
-            .v = c->v + (int64_t)jo * ldv_of(c), .ldv = ldv_of(c), .v_bs = c->v_bs, .v_row0 = jo,
-            .t = c->t, .t_bs = (int64_t)w * w,
-        };
-        *t_ready = 1;
-        return registers ? qr2_register_panel(&a, p->device, p->stream) : qr2_panel_wy(&a, p->device, p->stream);
-    }
-    const int fits = qr2_panel_fits_on_chip(mr, w, c->smem_optin);
-    const int never_fits = !qr2_panel_fits_on_chip(mr, 1, c->smem_optin);
-    if (w <= c->route->leaf_nb && (fits || never_fits)) {
+    if (w <= c->route->leaf_nb) {
+        const int registers = qr2_register_panel_supported(mr, w, c->smem_optin);
+        if (registers || qr2_panel_wy_supported(mr, w)) {
+            qr2_panel_wy_args a = {
+                .batch = p->batch, .m = mr, .w = w,
+                .h = panel, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
+                .tau = p->tau + k0, .tau_bs = kmin,
+                .v = c->v + (int64_t)jo * ldv_of(c), .ldv = ldv_of(c), .v_bs = c->v_bs, .v_row0 = jo,
+                .t = c->t, .t_bs = (int64_t)w * w,
+            };
+            *t_ready = 1;
+            return registers ? qr2_register_panel(&a, p->device, p->stream) : qr2_panel_wy(&a, p->device, p->stream);
+        }
         qr2_panel_args a = {
             .batch = p->batch, .m = mr, .w = w,
             .src = panel, .src_rs = 1, .src_cs = p->m, .src_bs = (int64_t)p->m * p->n,
@@ -189,7 +197,7 @@ static int factor_panel(const blocked_ctx* c, int k0, int jo, int w, int* t_read
             .tau = p->tau + k0, .tau_bs = kmin,
             .v = c->v + (int64_t)jo * ldv_of(c), .ldv = ldv_of(c), .v_bs = c->v_bs, .v_row0 = jo,
         };
-        return qr2_householder_panel(&a, p->device, p->stream);
+        return qr2_tall_panel(&a, c->tall, p->device, p->stream);
     }
     const int w1 = split_width(w);
     int left_t = 0, right_t = 0;
@@ -204,7 +212,9 @@ static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
     if (p->a != p->h &&
         qr2_copy_to_column_major(p->a, p->a_rs, p->a_cs, p->a_bs, p->h, p->m, p->n, p->batch, p->stream))
         return 1;
-    c.v = work;
+    const int64_t tall = tall_panel_floats(p);
+    c.tall = tall > 0 ? work : 0;
+    c.v = work + tall;
     c.v_bs = (int64_t)p->m * r->nb;
     c.t = c.v + p->batch * c.v_bs;
     c.wy = c.t + p->batch * QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W;

@@ -25,7 +25,7 @@ typedef struct qr2_route {
     int64_t min_batch; /* ... and batches of at least min_batch matrices */
     int64_t max_batch; /* ... and of at most max_batch (0: any) */
     int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */
-    int leaf_nb;     /* blocked: widest panel one kernel factors (narrower when it must fit on chip) */
+    int leaf_nb;     /* blocked: widest panel one kernel factors (<= 32) */
     int cluster;     /* registers: thread blocks per matrix */
     const char* why; /* one line for people: what the route is for */
 } qr2_route;

@@ -84,6 +84,13 @@ int qr2_panel_wy(const qr2_panel_wy_args* args, int device, void* stream);
 int qr2_register_panel_supported(int64_t m, int64_t w, int smem_optin);
 int qr2_register_panel(const qr2_panel_wy_args* args, int device, void* stream);
 
+/* An m x w panel (w <= 32) of any height, in place (src == dst, src_rs 1, src_cs ldd), by many thread blocks
+ * per matrix and one launch per reflector: for panels taller than qr2_panel_wy holds. Writes H, tau and V (when
+ * v is not NULL; no T). work: qr2_tall_panel_work_floats(m, batch, SMs) floats, 8-byte aligned. */
+#define QR2_TALL_PANEL_MAX_BLOCKS 256
+int64_t qr2_tall_panel_work_floats(int64_t m, int64_t batch, int sms);
+int qr2_tall_panel(const qr2_panel_args* args, void* work, int device, void* stream);
+
 /* Whole small matrices factored in one launch (LAPACK sgeqrf semantics): reads A through its strides
  * (src may equal h), writes H (column-major, ld m, m*n apart) and tau (min(m, n) per matrix). */
 typedef struct qr2_whole_qr_args {

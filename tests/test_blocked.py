@@ -1,7 +1,8 @@
 """The blocked routes (c_api/routes.c), each forced: `blocked_nb32` and `blocked_nb64` (64-column outer panels
 split into two 32-column panels). Their panels of up to 512 rows go to the register kernel of
-cuda/register_qr.cu (which then also writes V and T), taller ones to cuda/panel_wy.cu. Both routes must pass the
-QR2 checker on every shape, profile and batch."""
+cuda/register_qr.cu (which then also writes V and T), taller ones to cuda/panel_wy.cu while one cluster holds
+them (8192 rows), the tallest to cuda/tall_panel.cu. Both routes must pass the QR2 checker on every shape,
+profile and batch."""
 import pytest
 import torch
 
@@ -23,10 +24,12 @@ def route(request):
     qr2_op._force_route(None)
 
 
-# Panel heights cross every rows-per-lane step of the register panels (32 | 64 | 128 | 256 | 384 | 512) and the
-# switch to panel_wy past 512 rows; widths leave a last panel narrower than 32.
+# Panel heights cross every rows-per-lane step of the register panels (32 | 64 | 128 | 256 | 384 | 512), the
+# switch to panel_wy past 512 rows and to the tall-panel kernel past 8192; widths leave a last panel narrower
+# than 32.
 SHAPES = [(257, 257), (300, 300), (384, 384), (385, 385), (512, 512), (513, 513), (700, 700), (1024, 1024),
-          (1100, 40), (512, 33), (513, 95), (40, 1100), (777, 300), (300, 777), (1000, 5), (6, 1000), (65, 300)]
+          (1100, 40), (512, 33), (513, 95), (40, 1100), (777, 300), (300, 777), (1000, 5), (6, 1000), (65, 300),
+          (8193, 32), (10000, 40), (20000, 7), (30000, 70)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -65,3 +68,20 @@ def test_tiny_and_huge_values(route, scale):
 
 def test_lapack_conventions_match_torch(route):
     whole_matrix.lapack_conventions_match_torch(600)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 300])
+def test_tall_panels(route, batch):
+    """Panels taller than a cluster holds: many blocks per matrix, one launch per reflector."""
+    A = torch.randn(batch, 9000, 20, device="cuda")
+    A[:, :, 4] *= 1e-30  # a column far below the others: its reflector's scalars need FP64
+    A[:, 4000:, 7] = 0.0  # a column with a zero tail in most blocks
+    check(A)
+
+
+def test_tall_panel_nan_stays_in_its_matrix(route):
+    A = torch.randn(3, 9000, 10, device="cuda")
+    A[1, 5000, 3] = float("nan")
+    H, tau = whole_matrix.factor(A)
+    keep = [0, 2]
+    check(A[keep].contiguous(), (H[keep].contiguous(), tau[keep].contiguous()))
