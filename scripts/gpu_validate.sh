@@ -17,7 +17,7 @@ timeout 120 python3 benchmark.py --mode test 2>&1 | tee "$OUT/test_mode.log" | t
 fi
 if [ "${PART:-2}" = 2 ]; then
 sweep=()
-for bn in 1:64 8:64 64:64 1:128 8:128 64:128 1:256 8:256 64:256 1:512 8:512 64:512 1:1024 8:1024 1:2048 8:2048; do
+for bn in 1:64 8:64 64:64 1:128 64:128 1:256 64:256 1:384 1:512 8:512 64:512 1:768 1:1024 8:1024 1:2048 8:2048; do
   sweep+=(--case "${bn%%:*},${bn##*:},1,dense,7")
 done
 timeout 200 python3 benchmark.py --mode benchmark --compare --max-repeats 3 --torch-max-repeats 1 "${sweep[@]}" \
