@@ -1,10 +1,9 @@
-// householder_panel.cu - unblocked Householder QR (LAPACK sgeqr2) of an m x w panel, one thread
-// block per matrix. It is the leaf of the blocked route's recursive panel factorisation and, when
-// a whole matrix fits on chip, the entire factorisation in one launch.
+// householder_panel.cu - unblocked Householder QR (LAPACK sgeqr2) of an m x w matrix held in one thread
+// block's shared memory, one block per matrix: the `on_chip` route (tall matrices of a few columns),
+// the entire factorisation in one launch.
 //
-// Storage: the panel sits in shared memory, column-major with an odd leading dimension (fewer
-// bank conflicts when a warp touches several columns); when it does not fit, the same code runs
-// in place on global memory (L2-resident for the panel sizes the route table sends here).
+// Storage: column-major with an odd leading dimension (fewer bank conflicts when a warp touches several
+// columns).
 //
 // Reflector j (all threads agree on every scalar because they read the same reduced values):
 //   1. alpha = P[j][j]; sigma = ||P[j+1:, j]||^2, accumulated in FP64 so that no finite FP32 input
@@ -52,7 +51,7 @@ __device__ __forceinline__ double group_sum(double x, int R) {
     return x;
 }
 
-__global__ void __launch_bounds__(MAX_THREADS) householder_panel_kernel(qr2_panel_args a, bool on_chip) {
+__global__ void __launch_bounds__(MAX_THREADS) householder_panel_kernel(qr2_panel_args a) {
     extern __shared__ float smem[];
     __shared__ double red[MAX_THREADS / 32];
 
@@ -62,14 +61,12 @@ __global__ void __launch_bounds__(MAX_THREADS) householder_panel_kernel(qr2_pane
     const int m = a.m, w = a.w, kk = min(m, w);
     const float* src = a.src + b * a.src_bs;
     float* dst = a.dst + b * a.dst_bs;
-    float* P = on_chip ? smem : dst;
-    const int64_t ld = on_chip ? panel_ld(m) : a.ldd;
+    float* P = smem;
+    const int64_t ld = panel_ld(m);
 
-    if (on_chip || src != dst) {
-        for (int64_t idx = tid; idx < (int64_t)m * w; idx += nthreads) {
-            const int64_t c = idx / m, i = idx - c * m;
-            P[c * ld + i] = src[i * a.src_rs + c * a.src_cs];
-        }
+    for (int64_t idx = tid; idx < (int64_t)m * w; idx += nthreads) {
+        const int64_t c = idx / m, i = idx - c * m;
+        P[c * ld + i] = src[i * a.src_rs + c * a.src_cs];
     }
     __syncthreads();
 
@@ -129,19 +126,9 @@ __global__ void __launch_bounds__(MAX_THREADS) householder_panel_kernel(qr2_pane
         if (j + 1 < kk) sigma = next_sigma_ready ? red[0] : block_sum_squares(P + (j + 1) * ld, j + 2, m, red);
     }
 
-    if (on_chip) {
-        for (int64_t idx = tid; idx < (int64_t)m * w; idx += nthreads) {
-            const int64_t c = idx / m, i = idx - c * m;
-            dst[c * a.ldd + i] = P[c * ld + i];
-        }
-    }
-    if (a.v != nullptr) {
-        float* v = a.v + b * a.v_bs;
-        const int64_t rows = (int64_t)a.v_row0 + m;
-        for (int64_t idx = tid; idx < rows * kk; idx += nthreads) {
-            const int64_t c = idx / rows, rr = idx - c * rows, i = rr - a.v_row0;
-            v[c * a.ldv + rr] = i < c ? 0.f : (i == c ? 1.f : P[c * ld + i]);
-        }
+    for (int64_t idx = tid; idx < (int64_t)m * w; idx += nthreads) {
+        const int64_t c = idx / m, i = idx - c * m;
+        dst[c * a.ldd + i] = P[c * ld + i];
     }
 }
 
@@ -158,15 +145,13 @@ extern "C" int qr2_householder_panel(const qr2_panel_args* a, int device, void* 
     if (a->batch <= 0 || a->m <= 0 || a->w <= 0) return 0;
     int optin = 0;
     if (qr2_cuda_smem_optin(device, &optin)) return 1;
+    if (!qr2_panel_fits_on_chip(a->m, a->w, optin))
+        return qr2_record_error("householder_panel", "matrix too large for one block's shared memory");
     const int64_t bytes = panel_smem_bytes(a->m, a->w);
-    const bool on_chip = qr2_panel_fits_on_chip(a->m, a->w, optin);
-    if (!on_chip && (a->src_rs != 1 || a->src_cs != a->ldd || a->src_bs != a->dst_bs))
-        return qr2_record_error("householder_panel", "a panel too large for shared memory must be factored in place");
     const int64_t cells = (int64_t)a->m * a->w;
     const int threads = cells >= 8192 ? 512 : cells >= 2048 ? 256 : 128;
-    const int64_t dyn = on_chip ? bytes : 0;
-    if (qr2_allow_smem(householder_panel_kernel, dyn, "cudaFuncSetAttribute(householder_panel)")) return 1;
-    householder_panel_kernel<<<(unsigned)a->batch, threads, (size_t)dyn, (cudaStream_t)stream>>>(*a, on_chip);
+    if (qr2_allow_smem(householder_panel_kernel, bytes, "cudaFuncSetAttribute(householder_panel)")) return 1;
+    householder_panel_kernel<<<(unsigned)a->batch, threads, (size_t)bytes, (cudaStream_t)stream>>>(*a);
     QR2_CHECK_LAUNCH("householder_panel launch");
     return 0;
 }

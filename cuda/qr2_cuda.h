@@ -25,14 +25,11 @@ int qr2_cuda_smem_optin(int device, int* bytes);
 int qr2_cuda_sm_count(int device, int* count);
 
 /*
- * Householder factorisation of an m x w panel held on chip by one thread block per matrix
- * (LAPACK sgeqr2 semantics): min(m, w) reflectors; column j's reflector annihilates rows j+1..m-1
- * and is applied to columns j+1..w-1.
+ * An m x w panel to factor (LAPACK sgeqr2 semantics): min(m, w) reflectors; column j's reflector
+ * annihilates rows j+1..m-1 and is applied to columns j+1..w-1.
  * src: the panel as read (any row/column/batch strides); dst: where H is written, column-major.
- * src may equal dst (in place). When the panel does not fit in shared memory it is factored in
- * place in dst (global memory): then src must be dst with src_rs == 1 and src_cs == ldd.
- * v (optional, NULL to skip): the reflectors written out explicitly for compact-WY updates:
- * column c gets zeros in rows [0, v_row0 + c), 1 at row v_row0 + c, then v (ldv >= v_row0 + m).
+ * v (optional, NULL to skip; qr2_tall_panel only): the reflectors written out explicitly for compact-WY
+ * updates: column c gets zeros in rows [0, v_row0 + c), 1 at row v_row0 + c, then v (ldv >= v_row0 + m).
  */
 typedef struct qr2_panel_args {
     int64_t batch;
@@ -48,14 +45,15 @@ typedef struct qr2_panel_args {
     int v_row0;
 } qr2_panel_args;
 
-/* Whether the panel kernel can hold an m x w panel in one block's shared memory. */
+/* The whole panel in one block's shared memory, one block per matrix (src may equal dst; v unused):
+ * whether an m x w panel fits, and the launcher. */
 int qr2_panel_fits_on_chip(int64_t m, int64_t w, int smem_optin);
 int qr2_householder_panel(const qr2_panel_args* args, int device, void* stream);
 
 /*
  * Householder factorisation of an m x w panel (w <= QR2_PANEL_WY_MAX_W) held in registers, one
  * thread-block cluster per matrix (the cluster grows with m and shrinks with the batch), in place in h.
- * Writes H (R and v), tau, the explicit reflectors V (as qr2_householder_panel does) and the w x w
+ * Writes H (R and v), tau, the explicit reflectors V (as qr2_panel_args describes) and the w x w
  * compact-WY factor T (column-major, ld w): H_0 ... H_{w-1} = I - V T V^T.
  */
 #define QR2_PANEL_WY_MAX_W 32
@@ -126,7 +124,7 @@ int qr2_copy_to_column_major(const float* src, int64_t rs, int64_t cs, int64_t b
 
 /*
  * Apply the block reflector Q^T = (H_0 H_1 ... H_{w-1})^T of w explicit reflectors V (mr x w,
- * unit lower trapezoidal, as written by qr2_householder_panel) to C (mr x nc), in place:
+ * unit lower trapezoidal, as the panel kernels write it) to C (mr x nc), in place:
  *     G = V^T V,  T = larft(G, tau),  W = V^T C,  C -= V (T^T W)
  * T: when t is not NULL it is taken from there (w x w, ld w, t_bs apart) instead of being built.
  * work: qr2_wy_work_floats(w, nc) floats per matrix, work_bs apart. All products in FP32
