@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device-machine session: build for every target, the whole test suite, the QR2 leaderboard against
 # torch.geqrf, the QR2 tests, a shape sweep, and a sanitizer pass. Logs and JSON go to $OUT.
-# PART=1 runs the build, tests and leaderboard, PART=2 the build, sweeps, sanitizers and host-path probe (each
-# fits one 10-minute device command); unset runs both.
+# PART=1 runs the build, tests and leaderboard, PART=2 the build, sweeps (square, rectangular, small), sanitizers
+# and host-path probe (PART=2 can outgrow one 10-minute device command: run its lines separately then); unset
+# runs both.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -22,6 +23,11 @@ for bn in 1:64 8:64 64:64 1:128 64:128 1:256 64:256 1:384 1:512 8:512 64:512 1:7
 done
 timeout 200 python3 benchmark.py --mode benchmark --compare --max-repeats 3 --torch-max-repeats 1 "${sweep[@]}" \
   --json-out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
+# rectangular and very tall shapes against torch.geqrf (the README's rectangular table)
+timeout 200 python3 scripts/quick_times.py --reps 10 --torch-reps 3 --shapes \
+  1:4096:64,1:4096:256,1:256:4096,1:64:4096,1:100000:32,1:32:100000,1:2048:512,1:512:2048,8:4096:128,1:1000:300,\
+1:300:1000,100:1000:100,1:1500:1500,1:3001:3001,4:600:600,2:8192:1024,4:50000:64,2:16384:1024,1:20000:200 \
+  > "$OUT/rectangular.log" 2>&1; tail -20 "$OUT/rectangular.log"
 timeout 200 python3 scripts/small_sweep.py --n 8:256:8 --batches 1,20,40,640 --json-out "$OUT/small_sweep.json" \
   > "$OUT/small_sweep.log" 2>&1; head -3 "$OUT/small_sweep.log"
 timeout 90 compute-sanitizer --tool memcheck python3 scripts/sanitize_smoke.py > "$OUT/memcheck.log" 2>&1; tail -2 "$OUT/memcheck.log"
