@@ -287,6 +287,9 @@ __device__ __forceinline__ void column_sums(float (&d)[C], int lane) {
     }
 }
 
+// Retired slots (live[c] false: warp-uniform, always the last ones) are skipped from 4 rows per lane on
+// (H200, kernel alone: b40 n176 156 -> 148 us, b40 n256 370 -> 347 us); below that the branches cost more
+// than the FMAs they save (b640 n64 96 -> 121 us), and retired slots are computed on zeros.
 template <int RL, int C>
 __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau, float (&x)[C][RL],
                                                 const bool (&live)[C], int r, int lane) {
@@ -294,17 +297,21 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         d[c] = 0.f;
+        if (RL < 4 || live[c]) {
 #pragma unroll
-        for (int i = 0; i < RL; ++i)
-            if (reaches(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
+            for (int i = 0; i < RL; ++i)
+                if (reaches(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
+        }
     }
     column_sums(d, lane);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         const float w = tau * d[c];
+        if (RL < 4 || live[c]) {
 #pragma unroll
-        for (int i = 0; i < RL; ++i)
-            if (reaches(i, r)) x[c][i] = live[c] ? fmaf(-w, v[i], x[c][i]) : x[c][i];
+            for (int i = 0; i < RL; ++i)
+                if (reaches(i, r)) x[c][i] = RL >= 4 || live[c] ? fmaf(-w, v[i], x[c][i]) : x[c][i];
+        }
     }
 }
 
@@ -480,9 +487,10 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), 1) register_
         } else {
             bar_wait(&bars[r]);
             tau = taus[r];
+            // kept from register group r / 32 down (zero above): one base address, constant offsets
+            const float* vr = vs + reflector_offset(r, RL) - 32 * (r >> 5) + lane;
 #pragma unroll
-            for (int i = 0; i < RL; ++i)  // zero above register group r / 32
-                v[i] = i >= (r >> 5) ? vs[reflector_offset(r, RL) + 32 * (i - (r >> 5)) + lane] : 0.f;
+            for (int i = 0; i < RL; ++i) v[i] = reaches(i, r) ? vr[32 * i] : 0.f;
         }
         // column r + 1, when this warp holds it, is the chain's next link: it goes first
         if (r + 1 == jn && jn < K) {
@@ -550,15 +558,20 @@ int fits(int RL, int C, int64_t n, int cluster, bool panel) {
     return C <= max_columns(RL, panel) && warps_per_block(n, C, cluster) <= max_warps(RL, C, cluster, panel);
 }
 
-// The fewest columns per warp whose warps fit one block, or 0; but while the batch would then ask for more
-// warps than `resident_warps` (32 per SM), more columns per warp: fewer warps per matrix, more matrices in
-// flight at once (a large batch is throughput-bound, not bound by one matrix's chain of reflectors).
+// Columns per warp, or 0 when no choice fits one block. Whole matrices take at least 4 columns per warp
+// while a warp's block of them stays within 24 registers (C RL <= 24): fewer warps contend less with the
+// warp that runs the reflector chain, which bounds a small batch (H200, kernel alone, C = 1 / 2 / 4: b20 n32
+// 17.0 / 15.5 / 14.8 us, b40 n64 33.7 / 30.3 / 28.8 us, b40 n128 94.0 / - / 84.7 us; b40 n176 at 8 columns
+// instead of 4: 165 against 156 us). Panels take the fewest that fit. While the batch would then ask for
+// more warps than `resident_warps` (32 per SM), more columns per warp: fewer warps per matrix, more matrices
+// in flight at once (a large batch is throughput-bound, not bound by one matrix's chain of reflectors).
 int columns_per_warp(int RL, int64_t n, int cluster, bool panel, int64_t batch, int64_t resident_warps) {
     int chosen = 0;
     for (int C : COLUMN_CHOICES) {
         if (!fits(RL, C, n, cluster, panel)) continue;
         chosen = C;
-        if (batch * cluster * warps_per_block(n, C, cluster) <= resident_warps) break;
+        const bool few_warps = panel || C >= 4 || 2 * C * RL > 24;
+        if (few_warps && batch * cluster * warps_per_block(n, C, cluster) <= resident_warps) break;
     }
     return chosen;
 }
