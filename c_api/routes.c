@@ -22,14 +22,18 @@ static const qr2_route routes[] = {
     {"registers_cluster2", QR2_ROUTE_REGISTERS, 48, QR2_REGISTER_QR_MAX, 0, 66, 0, 0, 2,
      "small batches of small matrices (n >= 48, m, n <= 256): a 2-block cluster per matrix deals the "
      "columns to both blocks' warps; reflectors reach the other block by st.async into its shared memory"},
-    {"registers", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 0, 0, 0, 1,
+    /* batch <= 132: one block per matrix on each of the H200's 132 SMs. Beyond, from n 104 on, the blocked
+     * route measured as fast or faster (batch 200: n 128 232 against 270 us; batch 640: n 128 466 against
+     * 666 us; n 104 and 152 even at 200-264) */
+    {"registers", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 1,
      "small matrices (m, n <= 256 whose columns, dealt cyclically to the warps, fit one block's "
      "registers) factored whole in one launch: each reflector built by its column's warp and published "
      "in shared memory behind its own mbarrier"},
-    /* at 640 matrices: n 176 and 192 measured 1.27x and 1.18x faster than the blocked route, n 208 even,
-     * n 224 1.1x slower (H200) */
-    {"registers_cluster2_any_batch", QR2_ROUTE_REGISTERS, 0, 192, 0, 0, 0, 0, 2,
-     "the 2-block cluster kernel at any batch, for n <= 192 too large for one block's registers"},
+    /* n <= 96 at any batch: at 640 matrices still faster than the blocked route (n 96: 250 against 294 us).
+     * n 161-192 past 66 matrices go to the blocked route: the 2-block cluster kernel measured slower there
+     * (batch 132, n 176: 396 against 317 us; batch 640: 1959 against 1033) */
+    {"registers_many_small", QR2_ROUTE_REGISTERS, 0, 96, 0, 0, 0, 0, 1,
+     "the `registers` kernel for large batches of n <= 96 (4-8 columns per warp, several matrices per SM)"},
     {"on_chip", QR2_ROUTE_ON_CHIP, 0, 8, 0, 0, 0, 0, 1,
      "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
     /* n >= 512 and batch >= 100: a 64-column outer panel (two 32-column panels, then one update of the rest)

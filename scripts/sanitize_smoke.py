@@ -16,7 +16,7 @@ FORCED = [("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_colum
           ("warp_columns", 300, 40, 40), ("registers_cluster2", 2, 64, 64), ("registers_cluster2", 2, 100, 70),
           ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200)]  # one-block register panels
 
-CLUSTER_ROUTES = ("registers_cluster2", "registers_cluster2_any_batch")
+CLUSTER_ROUTES = ("registers_cluster2",)
 
 
 def launches_clusters(route, batch, m, n):

@@ -43,7 +43,7 @@ def forced(route):
 def holds(route, n):
     """Whether `route`'s kernel can hold n x n (a forced route that cannot falls back to the table)."""
     if route == "registers":
-        return qr2_op.route_for(n, n, 500) == "registers"  # batch 500: the table tries one block first
+        return qr2_op.route_for(n, n, 100) == "registers"  # batch 100: the table tries one block first
     if route == "registers_cluster2":
         return qr2_op.route_for(n, n, 1) in ("registers", "registers_cluster2")
     if route == "warp_columns":

@@ -15,10 +15,10 @@ ROUTES = ["registers", "registers_cluster2"]
 
 
 def holds(route, m, n):
-    """Whether `route`'s kernel can hold m x n. At batch 500 the table tries one block first (clusters win
+    """Whether `route`'s kernel can hold m x n. At batch 100 the table tries one block first (clusters win
     only up to 66 matrices), then the cluster up to n 192; at batch 1 the cluster first for n >= 48."""
     if route == "registers":
-        return qr2_op.route_for(m, n, 500) == "registers"
+        return qr2_op.route_for(m, n, 100) == "registers"
     return qr2_op.route_for(m, n, 1) in ("registers", "registers_cluster2")
 
 
