@@ -28,11 +28,14 @@
 // hardware rsqrt and fast divisions. A warp applies a reflector to its C columns (a power of two) with one
 // butterfly reduce-scatter of the C dots.
 //
-// Measured on the H200 (docs/WORKLOG.md): kernel alone (CUDA-graph replay) b20 n32 15.3 us, b40 n176 137 us
-// (2-block cluster, 4 columns per warp) before the reflectors were packed, against 19.1 and 219.8 us for the
-// strip-per-warp kernel this replaced; b40 n176 takes 158 us in the QR2 harness with packing. Each chain step
-// (wait for the reflector, one 6-value butterfly, scalars, publish) still costs ~800 cycles, which is most
-// of the n32 time.
+// Measured on the H200 (docs/WORKLOG.md): kernel alone (CUDA-graph replay) b20 n32 14.8 us (4 columns per
+// warp), b40 n176 148 us (2-block cluster, 4 columns per warp), against 19.1 and 219.8 us for the
+// strip-per-warp kernel this replaced. Each chain step (wait for the reflector, one 6-value butterfly,
+// scalars, publish) costs ~800 cycles, most of the n32 time (ncu: 0.38 issued per scheduler per cycle, the
+// top stall the wait for a reflector). Fewer warps per matrix measured faster: fewer warps wait on each
+// reflector and compete with the chain's warp. Giving each warp consecutive columns (so most links
+// stay inside a warp, with the warp's other columns updated in the chain step's reduction) was slower: b40
+// n176 201 us, b20 n32 16.5-19.2 us.
 //
 // The matrix is first scaled by a power of two to max|a| in [0.5, 1), so FP32 sums of squares cannot
 // overflow; R is scaled back on the way out. The scaling is exact except for entries it pushes below FP32's
@@ -559,12 +562,13 @@ int fits(int RL, int C, int64_t n, int cluster, bool panel) {
 }
 
 // Columns per warp, or 0 when no choice fits one block. Whole matrices take at least 4 columns per warp
-// while a warp's block of them stays within 24 registers (C RL <= 24): fewer warps contend less with the
-// warp that runs the reflector chain, which bounds a small batch (H200, kernel alone, C = 1 / 2 / 4: b20 n32
-// 17.0 / 15.5 / 14.8 us, b40 n64 33.7 / 30.3 / 28.8 us, b40 n128 94.0 / - / 84.7 us; b40 n176 at 8 columns
-// instead of 4: 165 against 156 us). Panels take the fewest that fit. While the batch would then ask for
-// more warps than `resident_warps` (32 per SM), more columns per warp: fewer warps per matrix, more matrices
-// in flight at once (a large batch is throughput-bound, not bound by one matrix's chain of reflectors).
+// while a warp's block of them stays within 24 registers (C RL <= 24): fewer warps wait on each reflector
+// and compete with the warp that runs the reflector chain, which bounds a small batch (H200, kernel alone,
+// C = 1 / 2 / 4: b20 n32 17.0 / 15.5 / 14.8 us, b40 n64 33.7 / 30.3 / 28.8 us, b40 n128 94.0 / - / 84.7 us;
+// b40 n176 at 8 columns instead of 4: 165 against 156 us). Panels take the fewest that fit. While the batch
+// would then ask for more warps than `resident_warps` (32 per SM), more columns per warp: fewer warps per
+// matrix, more matrices in flight at once (a large batch is throughput-bound, not bound by one matrix's chain
+// of reflectors).
 int columns_per_warp(int RL, int64_t n, int cluster, bool panel, int64_t batch, int64_t resident_warps) {
     int chosen = 0;
     for (int C : COLUMN_CHOICES) {
