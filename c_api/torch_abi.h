@@ -76,6 +76,8 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr,
                                         AtenTensorHandle* ret_new_tensor);
 AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src, int32_t non_blocking);
 AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle, AtenTensorHandle* new_handle);
+bool aoti_torch_grad_mode_is_enabled(void);
 
 /* --- CUDA (libtorch_cuda) --- */
 AOTITorchError aoti_torch_create_cuda_guard(int32_t device_index, CUDAGuardHandle* ret_guard);

@@ -65,7 +65,6 @@ def _contiguous_strides(sizes):
     return tuple(reversed(strides))
 
 
-@torch.library.register_fake("qr2::geqrf")
 def _geqrf_fake(A):
     torch._check(A.dim() >= 2, lambda: f"qr2.geqrf: expected a tensor of shape (*, m, n), got {A.dim()} dimension(s)")
     torch._check(
@@ -81,8 +80,13 @@ def _geqrf_fake(A):
     return H, tau
 
 
+# qr2::geqrf and its below-autograd twin qr2::_geqrf_impl (the same C kernels; geqrf's Autograd kernel, in C,
+# runs the twin) share one fake.
+torch.library.register_fake("qr2::geqrf")(_geqrf_fake)
+torch.library.register_fake("qr2::_geqrf_impl")(_geqrf_fake)
+
 _geqrf_op = torch.ops.qr2.geqrf.default
-_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_geqrf_impl_op = torch.ops.qr2._geqrf_impl.default
 
 
 class _NotDifferentiable(torch.autograd.Function):
@@ -90,24 +94,20 @@ class _NotDifferentiable(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A):
-        return _geqrf_op(A)
+        return _geqrf_impl_op(A)
 
     @staticmethod
     def backward(ctx, grad_h, grad_tau):
         raise RuntimeError("qr2.geqrf: the operator is not differentiable (torch.geqrf has no derivative either)")
 
 
-def _geqrf_autograd(keyset, A):
-    # Runs on every call (CUDA tensors carry the Autograd key whether or not they require grad), so
-    # the common case goes straight below autograd to the C kernel: 3 us per call less than
-    # torch.library.register_autograd's generic wrapper (scripts/host_path.py, H200 host).
-    if A.requires_grad and torch.is_grad_enabled():
-        return _NotDifferentiable.apply(A)
-    return _geqrf_op._handle.redispatch_boxed(keyset & _AFTER_AUTOGRAD, A)
+def _geqrf_tracked(A):
+    # Reached from geqrf's Autograd kernel (c_api/geqrf_op.c) only when A requires grad under grad mode.
+    return _NotDifferentiable.apply(A)
 
 
 _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it would drop the kernel
-_impl_lib.impl("geqrf", _geqrf_autograd, "Autograd", with_keyset=True)
+_impl_lib.impl("_geqrf_tracked", _geqrf_tracked, "CompositeImplicitAutograd")
 
 
 def routes():
