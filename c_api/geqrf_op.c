@@ -282,9 +282,12 @@ static int is_leaf(call* c, AtenTensorHandle t) {
     return c->failed || (st[0] & 0xff) != 0;
 }
 
-/* Below autograd, torch's fallback gives _geqrf_impl's outputs a graph exactly when grad mode is on and A
- * requires grad; then the call is redone through _geqrf_tracked, whose outputs' backward raises. Shape and
- * dtype errors are raised here first, so they keep their text under fake tensors too. */
+/* Under grad mode, a non-leaf A (it has a graph, so it requires grad) goes straight to _geqrf_tracked, whose
+ * outputs' backward raises. Any other A runs _geqrf_impl, below autograd; torch's autograd fallback gives its
+ * outputs a graph exactly when A requires grad (a leaf that requires grad: the stable ABI has no requires_grad
+ * getter), and then the call is redone through _geqrf_tracked. With the fallback set to "nothing"
+ * (torch._C._set_autograd_fallback_mode) such a leaf gets plain outputs on the CUDA path. Shape and dtype
+ * errors are raised here first, so they keep their text under fake tensors too. */
 static void geqrf_autograd(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
     call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
     shape s = {0};
@@ -292,6 +295,11 @@ static void geqrf_autograd(StableIValue* stack, uint64_t num_args, uint64_t num_
     if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
     check_kind(&c, &s);
     const int grad = !c.failed && aoti_torch_grad_mode_is_enabled();
+    if (grad && !is_leaf(&c, c.input)) {
+        nested(&c, "qr2::_geqrf_tracked");
+        finish(&c, stack);
+        return;
+    }
     if (grad) TRY(&c, aoti_torch_new_tensor_handle(c.input, &again), "aoti_torch_new_tensor_handle");
     if (!c.failed) nested(&c, "qr2::_geqrf_impl");
     if (grad && !c.failed && !is_leaf(&c, c.h)) {
