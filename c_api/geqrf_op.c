@@ -99,12 +99,16 @@ typedef struct shape {
     int32_t dtype;
 } shape;
 
-/* Dimensions and dtype only: reading sizes would make torch.compile specialise on them. */
+/* Layout, dimensions and dtype only: reading sizes would make torch.compile specialise on them. */
 static void check_kind(call* c, shape* s) {
+    int32_t layout = 0;
+    TRY(c, aoti_torch_get_layout(c->input, &layout), "aoti_torch_get_layout");
     TRY(c, aoti_torch_get_dim(c->input, &s->dim), "aoti_torch_get_dim");
     TRY(c, aoti_torch_get_dtype(c->input, &s->dtype), "aoti_torch_get_dtype");
     if (c->failed) return;
-    if (s->dim < 2)
+    if (layout != aoti_torch_layout_strided())
+        fail(c, "qr2.geqrf: expected a dense (strided) tensor, got a sparse or other non-strided layout");
+    else if (s->dim < 2)
         fail(c, "qr2.geqrf: expected a tensor of shape (*, m, n) with at least 2 dimensions, got %" PRId64
                 " dimension(s)", s->dim);
     else if (s->dim > MAX_DIM)

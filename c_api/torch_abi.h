@@ -59,6 +59,7 @@ int32_t aoti_torch_dtype_bfloat16(void);
 int32_t aoti_torch_dtype_int64(void);
 int32_t aoti_torch_dtype_int32(void);
 int32_t aoti_torch_dtype_bool(void);
+int32_t aoti_torch_layout_strided(void);
 int32_t aoti_torch_device_type_cpu(void);
 int32_t aoti_torch_device_type_cuda(void);
 
@@ -67,6 +68,7 @@ AOTITorchError aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret_dim);
 AOTITorchError aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret_sizes);
 AOTITorchError aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret_strides);
 AOTITorchError aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t* ret_dtype);
+AOTITorchError aoti_torch_get_layout(AtenTensorHandle tensor, int32_t* ret_layout);
 AOTITorchError aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret_device_type);
 AOTITorchError aoti_torch_get_device_index(AtenTensorHandle tensor, int32_t* ret_device_index);
 AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr);

@@ -67,6 +67,14 @@ def test_too_few_dimensions_raise(device, shape):
         torch.ops.qr2.geqrf(torch.ones(shape, device=device))
 
 
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr"])
+def test_sparse_input_raises(device, layout):
+    A = torch.randn(4, 4, device=device)
+    A = A.to_sparse() if layout == "sparse_coo" else A.to_sparse_csr()
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a dense \(strided\) tensor"):
+        torch.ops.qr2.geqrf(A)
+
+
 def test_errors_leave_the_operator_usable(device):
     for _ in range(50):
         with pytest.raises(RuntimeError):
