@@ -4,9 +4,9 @@
  *
  * Three schemas: qr2::geqrf (public), qr2::_geqrf_impl (the same CPU and CUDA kernels with no Autograd
  * kernel, so torch's autograd fallback passes it through) and qr2::_geqrf_tracked (implemented in
- * Python: outputs whose backward raises, as torch.geqrf's). The Autograd kernel here runs _geqrf_impl
- * and turns to _geqrf_tracked only when the outputs turn out to need a graph: a Python Autograd kernel
- * cost 4-7 us per call on the H200's host, more than the kernel of a small matrix.
+ * Python: outputs whose backward raises, as torch.geqrf's). The Autograd kernel here runs _geqrf_impl,
+ * or _geqrf_tracked when A requires grad under grad mode: a Python Autograd kernel cost 4-7 us per call on
+ * the H200's host, more than the kernel of a small matrix.
  *
  * Every boxed kernel owns its input handle and must either fill both return slots with new
  * owning handles or raise. Failures are collected in a `call` record, every owned handle is
@@ -276,44 +276,30 @@ static void nested(call* c, const char* op) {
     c->tau = (AtenTensorHandle)(uintptr_t)st[1];
 }
 
-/* Whether `t` has no autograd history (aten::is_leaf; the stable ABI has no requires_grad getter). */
-static int is_leaf(call* c, AtenTensorHandle t) {
+/* Whether grad mode is on and A requires grad, without a requires_grad getter in the stable ABI: an alias of A
+ * has autograd history (aten::is_leaf is false) exactly then. */
+static int needs_graph(call* c) {
+    if (!aoti_torch_grad_mode_is_enabled()) return 0;
     AtenTensorHandle probe = 0;
-    TRY(c, aoti_torch_new_tensor_handle(t, &probe), "aoti_torch_new_tensor_handle");
-    if (c->failed) return 1;
+    TRY(c, aoti_torch_new_tensor_handle(c->input, &probe), "aoti_torch_new_tensor_handle");
+    if (c->failed) return 0;
     StableIValue st[1] = {(StableIValue)(uintptr_t)probe};
+    TRY(c, torch_call_dispatcher("aten::alias", "", st, QR2_TORCH_ABI_2_11), "aten::alias");
+    if (c->failed) return 0;
     TRY(c, torch_call_dispatcher("aten::is_leaf", "", st, QR2_TORCH_ABI_2_11), "aten::is_leaf");
-    return c->failed || (st[0] & 0xff) != 0;
+    return !c->failed && (st[0] & 0xff) == 0;
 }
 
-/* Under grad mode, a non-leaf A (it has a graph, so it requires grad) goes straight to _geqrf_tracked, whose
- * outputs' backward raises. Any other A runs _geqrf_impl, below autograd; torch's autograd fallback gives its
- * outputs a graph exactly when A requires grad (a leaf that requires grad: the stable ABI has no requires_grad
- * getter), and then the call is redone through _geqrf_tracked. With the fallback set to "nothing"
- * (torch._C._set_autograd_fallback_mode) such a leaf gets plain outputs on the CUDA path. Shape and dtype
- * errors are raised here first, so they keep their text under fake tensors too. */
+/* Inputs that require grad under grad mode go to _geqrf_tracked, whose outputs' backward raises; every other
+ * call runs _geqrf_impl, below autograd. Shape and dtype errors are raised here first, so they keep their
+ * text under fake tensors too. */
 static void geqrf_autograd(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
     call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
     shape s = {0};
-    AtenTensorHandle again = 0;
     if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
     check_kind(&c, &s);
-    const int grad = !c.failed && aoti_torch_grad_mode_is_enabled();
-    if (grad && !is_leaf(&c, c.input)) {
-        nested(&c, "qr2::_geqrf_tracked");
-        finish(&c, stack);
-        return;
-    }
-    if (grad) TRY(&c, aoti_torch_new_tensor_handle(c.input, &again), "aoti_torch_new_tensor_handle");
-    if (!c.failed) nested(&c, "qr2::_geqrf_impl");
-    if (grad && !c.failed && !is_leaf(&c, c.h)) {
-        release(&c.h);
-        release(&c.tau);
-        c.input = again;
-        again = 0;
-        nested(&c, "qr2::_geqrf_tracked");
-    }
-    release(&again);
+    const int tracked = !c.failed && needs_graph(&c);
+    if (!c.failed) nested(&c, tracked ? "qr2::_geqrf_tracked" : "qr2::_geqrf_impl");
     finish(&c, stack);
 }
 

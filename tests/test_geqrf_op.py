@@ -152,6 +152,28 @@ def test_requires_grad_on_a_non_leaf_input(device):
         H.sum().backward()
 
 
+@pytest.mark.parametrize("kind", ["plain", "leaf requiring grad", "non-leaf"])
+def test_one_factorisation_per_call(device, kind):
+    """The Autograd kernel picks the tracked or the plain path before it factors: never both."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.qr2._geqrf_impl.default, torch.ops.aten.geqrf.default):
+                Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    A = torch.randn(2, 5, 4, device=device, requires_grad=kind != "plain")
+    if kind == "non-leaf":
+        A = A * 1.0
+    with Count():
+        H, tau = torch.ops.qr2.geqrf(A)
+    assert Count.calls == 1
+    assert H.requires_grad == (kind != "plain")
+
+
 def test_autograd_kernel_is_the_c_one():
     """A Python Autograd kernel cost 4-7 us per call on the H200's host: the op's must stay in C."""
     dump = torch._C._dispatch_dump("qr2::geqrf")
