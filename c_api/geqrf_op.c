@@ -206,7 +206,10 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     int32_t device = 0;
     void* stream = 0;
     TRY(&c, aoti_torch_get_device_index(c.input, &device), "aoti_torch_get_device_index");
-    TRY(&c, aoti_torch_create_cuda_guard(device, &c.guard), "aoti_torch_create_cuda_guard");
+    int current = -1;
+    if (!c.failed && qr2_cuda_current_device(&current)) fail(&c, "%s", qr2_cuda_last_error());
+    if (!c.failed && current != device) /* a guard costs a C++ object and two device switches per call */
+        TRY(&c, aoti_torch_create_cuda_guard(device, &c.guard), "aoti_torch_create_cuda_guard");
     TRY(&c, aoti_torch_get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream");
 
     int64_t h_strides[MAX_DIM], tau_sizes[MAX_DIM], tau_strides[MAX_DIM];

@@ -10,40 +10,46 @@
 
 /* The first row that admits a problem runs it. */
 static const qr2_route routes[] = {
-    /* name, kind, min_n, max_n, min_batch, max_batch, nb, leaf_nb, cluster, why */
-    /* batch >= 1000 and n >= 32 only (H200): there it measured 1.05-1.35x faster than `registers`
-     * (n = 32..64); at batch <= 264 `registers` is 1.2-1.7x faster, at 640 it depends on n */
-    {"warp_columns", QR2_ROUTE_WARP, 32, QR2_WARP_QR_MAX_N, 1000, 0, 0, 0, 1,
-     "large batches of small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64) factored whole by "
-     "one warp each, a lane per column: dots are a lane's own FMAs, reflectors published through shared "
-     "memory"},
+    /* name, kind, max_m, min_n, max_n, min_batch, max_batch, nb, leaf_nb, cluster, why */
+    /* m, n <= 32: measured (H200, kernel alone) faster than `registers` at every batch: 20 x 32 x 32 11.0
+     * against 14.8 us, 20 x 16 x 16 5.6 against 8.3, 640 x 32 x 32 13.9 against 25.4, 2000 x 32 x 32 20.3
+     * against 66.7 */
+    {"warp_columns", QR2_ROUTE_WARP, 32, 0, 32, 0, 0, 0, 0, 1,
+     "small matrices (m, n <= 32) factored whole by one warp each, a lane per column: dots are a lane's own "
+     "FMAs, each reflector's column published through shared memory, one __syncwarp per reflector"},
+    /* Past one wave of one block per matrix (132 SMs) the warp kernel also wins for the taller and wider
+     * shapes it holds, several matrices per block: 640 x 64 x 64 40.8 against 95.6 us, 640 x 48 x 48 28.0
+     * against 57.8, 2000 x 96 x 32 65.4 against 112.0, 2000 x 64 x 64 133.8 against 277.5 */
+    {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, QR2_WARP_QR_MAX_N, 133, 0, 0, 0, 1,
+     "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96, or n <= 64 "
+     "with m <= 64 (up to four matrices per block)"},
     /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs. There, for 48 <= n <= 160, it measured
      * 1.1-1.5x faster than one block per matrix; at batch 100 and beyond one block is 1.3-1.8x faster */
-    {"registers_cluster2", QR2_ROUTE_REGISTERS, 48, QR2_REGISTER_QR_MAX, 0, 66, 0, 0, 2,
+    {"registers_cluster2", QR2_ROUTE_REGISTERS, 0, 48, QR2_REGISTER_QR_MAX, 0, 66, 0, 0, 2,
      "small batches of small matrices (n >= 48, m, n <= 256): a 2-block cluster per matrix deals the "
      "columns to both blocks' warps; reflectors reach the other block by st.async into its shared memory"},
     /* batch <= 132: one block per matrix on each of the H200's 132 SMs. Beyond, from n 104 on, the blocked
      * route measured as fast or faster (batch 200: n 128 232 against 270 us; batch 640: n 128 466 against
      * 666 us; n 104 and 152 even at 200-264) */
-    {"registers", QR2_ROUTE_REGISTERS, 0, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 1,
+    {"registers", QR2_ROUTE_REGISTERS, 0, 0, QR2_REGISTER_QR_MAX, 0, 132, 0, 0, 1,
      "small matrices (m, n <= 256 whose columns, dealt cyclically to the warps, fit one block's "
      "registers) factored whole in one launch: each reflector built by its column's warp and published "
      "in shared memory behind its own mbarrier"},
     /* n <= 96 at any batch: at 640 matrices still faster than the blocked route (n 96: 250 against 294 us).
      * n 161-192 past 66 matrices go to the blocked route: the 2-block cluster kernel measured slower there
      * (batch 132, n 176: 396 against 317 us; batch 640: 1959 against 1033) */
-    {"registers_many_small", QR2_ROUTE_REGISTERS, 0, 96, 0, 0, 0, 0, 1,
+    {"registers_many_small", QR2_ROUTE_REGISTERS, 0, 0, 96, 0, 0, 0, 0, 1,
      "the `registers` kernel for large batches of n <= 96 (4-8 columns per warp, several matrices per SM)"},
-    {"on_chip", QR2_ROUTE_ON_CHIP, 0, 8, 0, 0, 0, 0, 1,
+    {"on_chip", QR2_ROUTE_ON_CHIP, 0, 0, 8, 0, 0, 0, 0, 1,
      "tall matrices of n <= 8 columns factored whole in one block's shared memory: one launch"},
     /* n >= 512 and batch >= 100: a 64-column outer panel (two 32-column panels, then one update of the rest)
      * halves the passes of the memory-bound trailing update over C. Measured (H200) against blocked_nb32:
      * 640 x 512 1.07x, 100 x 1024 1.10x, 200 x 1024 1.16x, 200 x 672 1.04x faster; 100 x 672 1.02x slower;
      * n 224-320 at batch 100-640 and every n at batch <= 40 slower */
-    {"blocked_nb64", QR2_ROUTE_BLOCKED, 512, 0, 100, 0, 64, 32, 1,
+    {"blocked_nb64", QR2_ROUTE_BLOCKED, 0, 512, 0, 100, 0, 64, 32, 1,
      "`blocked_nb32` with 64-column outer panels: each is factored as two 32-column panels with an update "
      "between them, then applied to the rest of the matrix at once (T built from V's Gram matrix)"},
-    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 0, 32, 32, 1,
+    {"blocked_nb32", QR2_ROUTE_BLOCKED, 0, 0, 0, 0, 0, 32, 32, 1,
      "blocked Householder with 32-column panels, any shape. Panels of up to 512 rows are factored by the "
      "`registers` kernel (columns dealt to warps, the reflector chain run warp to warp), taller ones in "
      "registers across a thread-block cluster (one cluster-wide reduction per reflector); either also writes "
@@ -52,7 +58,7 @@ static const qr2_route routes[] = {
 enum { ROUTE_COUNT = sizeof routes / sizeof routes[0] };
 
 /* Measurement only: the floor of a call (validation, allocation, one launch); see qr2_route_force. */
-static const qr2_route empty_route = {"empty_kernel", QR2_ROUTE_EMPTY, 0, 0, 0, 0, 0, 0, 1,
+static const qr2_route empty_route = {"empty_kernel", QR2_ROUTE_EMPTY, 0, 0, 0, 0, 0, 0, 0, 1,
                                       "one empty kernel; H and tau are left unset"};
 
 static const qr2_route* forced; /* set only by tests and benchmarks, see qr2_route_force */
@@ -68,6 +74,7 @@ static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
 }
 
 static int admits(const qr2_route* r, int64_t m, int64_t n, int64_t batch, int smem_optin) {
+    if (r->max_m > 0 && m > r->max_m) return 0;
     if (n < r->min_n || (r->max_n > 0 && n > r->max_n)) return 0;
     if (batch < r->min_batch) return 0;
     if (r->max_batch > 0 && batch > r->max_batch) return 0;

@@ -45,6 +45,11 @@ extern "C" int qr2_cuda_sm_count(int device, int* count) {
                             "cudaDeviceGetAttribute(MultiProcessorCount)");
 }
 
+extern "C" int qr2_cuda_current_device(int* device) {
+    QR2_CHECK_CUDA(cudaGetDevice(device), "cudaGetDevice");
+    return 0;
+}
+
 static __global__ void empty_kernel() {}
 
 extern "C" int qr2_launch_empty(void* stream) {

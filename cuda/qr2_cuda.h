@@ -23,6 +23,8 @@ const char* qr2_cuda_last_error(void);
 int qr2_cuda_smem_optin(int device, int* bytes);
 /* The number of SMs of `device`; cached per device. */
 int qr2_cuda_sm_count(int device, int* count);
+/* The calling thread's current CUDA device. */
+int qr2_cuda_current_device(int* device);
 
 /*
  * An m x w panel to factor (LAPACK sgeqr2 semantics): min(m, w) reflectors; column j's reflector

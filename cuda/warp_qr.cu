@@ -5,14 +5,15 @@
 // Why lanes own columns here: with rows across lanes (register_qr.cu) every reflector costs ~25 dependent
 // warp shuffles (norm, look-ahead dot, the strip's dots). With columns in lanes the dots v . a_c are a
 // lane's own FMAs, and the only cross-lane steps are the owner's tail sum of squares (one shuffle) and
-// its column, which every lane reads from shared memory as broadcasts (each lane republishes its column
-// there after every update). Every lane computes slarfg's scalars from those, so nothing else moves; the
-// reflector is applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) and the owner's
-// scaling is deferred to the output. Two __syncwarp per reflector order it. Rows wholly above the
-// reflector are skipped in groups of four (the row index is warp-uniform: uniform branches).
+// its column, which the owner publishes in shared memory and every lane reads as broadcasts. Every lane
+// computes slarfg's scalars from those, so nothing else moves and one __syncwarp per reflector orders it
+// all; the reflector is applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) and the
+// owner's scaling is deferred to the output.
 //
-// Measured (H200, docs/WORKLOG.md): ~900 cycles per reflector with one warp per SM (latency-bound), so
-// the route table uses it only for large batches, where four matrices share a block.
+// Rows are handled in groups of four (float4 in shared memory). The loop over groups is unrolled, so that
+// every mask of a row group is known at compile time (only the reflector's own group takes selects); the
+// four reflectors of a group share one copy of the code, which keeps the kernel small enough for the
+// instruction cache (a copy per reflector measured slower, a run-time loop 1.5x slower).
 //
 // H (column-major) is staged through shared memory so that its writes are coalesced.
 // As in register_qr.cu the matrix is scaled by a power of two to max|a| in [0.5, 1) (exact), and a
@@ -26,76 +27,224 @@ namespace {
 constexpr unsigned FULL = 0xffffffffu;
 
 // Shared memory per warp: one column of LD = MR + 4 floats per lane column (float4 rows; the stride of
-// 4 mod 32 words keeps each 8-lane phase of a float4 store on distinct banks). Column c holds lane c's
-// column as of its last update: that is how the owner of reflector c publishes it. At the end it stages
-// H, so that the global writes are coalesced.
+// 4 mod 32 words keeps each 8-lane phase of a float4 store on distinct banks). Column c is where the owner
+// of reflector c publishes it; at the end the tile stages H, so that the global writes are coalesced.
 template <int MR, int CPL>
 struct WarpSmem {
     static constexpr int LD = MR + 4;
     static constexpr int FLOATS = 32 * CPL * LD;
 };
 
-// Sum of squares of a below row r: the tail that reflector r annihilates.
-template <int MR>
-__device__ __forceinline__ float tail_squares(const float (&a)[MR], int r) {
-    float ss[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < MR; ++i)
-        if ((i | 3) > r) ss[i & 3] = i > r ? fmaf(a[i], a[i], ss[i & 3]) : ss[i & 3];
-    return (ss[0] + ss[1]) + (ss[2] + ss[3]);
+// Multiplies by 2^e (|e| <= 252) with two normal power-of-two factors: exact unless the result is subnormal.
+struct Pow2 {
+    float lo, hi;
+};
+
+__device__ __forceinline__ Pow2 pow2(int e) {
+    const int e1 = e / 2, e2 = e - e1;
+    return {__int_as_float((127 + e1) << 23), __int_as_float((127 + e2) << 23)};
 }
 
-// Stores the row groups of a that reach row `from` or below into its shared-memory column.
+__device__ __forceinline__ float times(float x, Pow2 f) { return x * f.lo * f.hi; }
+
+// Stores the row groups of four of a from group g0 on into its shared-memory column.
 template <int MR>
-__device__ __forceinline__ void store_column(const float (&a)[MR], float* col, int from) {
+__device__ __forceinline__ void store_column(const float (&a)[MR], float* col, int g0) {
 #pragma unroll
     for (int g = 0; g < MR; g += 4)
-        if ((g | 3) >= from) reinterpret_cast<float4*>(col)[g / 4] = make_float4(a[g], a[g + 1], a[g + 2], a[g + 3]);
+        if (g >= g0) reinterpret_cast<float4*>(col)[g / 4] = make_float4(a[g], a[g + 1], a[g + 2], a[g + 3]);
 }
 
-// a -= tau_u (u . a) u over rows >= r; u is the owner's column, zero above r within r's group of four
-// (groups wholly above r are skipped), and u_r comes as an argument. With NEXT, returns the updated a's
-// sum of squares below row r + 1: the next reflector's tail, which its owner needs (every lane computes
-// its own; SIMT makes that free).
-template <int MR, bool NEXT>
-__device__ __forceinline__ float apply_reflector(float (&a)[MR], const float* u, float u_r, float tau_u, int r) {
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    float4 w[MR / 4];
+// The helpers below take the reflector's row r and its group's first row g0 = r & ~3. Where the groups are
+// unrolled g0 is a compile-time constant, so every group but g0's is resolved by the compiler.
+
+// The published column of reflector r with rows r and above zero (alpha, row r, is read on its own): only
+// groups g0 and below are read, and the rows up to r in g0's group masked (so the owner stores whole groups).
+template <int MR>
+__device__ __forceinline__ void read_column(float (&u)[MR], const float* col, int r, int g0) {
 #pragma unroll
     for (int g = 0; g < MR; g += 4) {
-        if ((g | 3) < r) continue;
-        w[g / 4] = reinterpret_cast<const float4*>(u)[g / 4];
-        if (g <= r) {  // u_r is not in shared memory (the column still holds alpha there): every lane has it
-            w[g / 4].x = g == r ? u_r : w[g / 4].x;
-            w[g / 4].y = g + 1 == r ? u_r : w[g / 4].y;
-            w[g / 4].z = g + 2 == r ? u_r : w[g / 4].z;
-            w[g / 4].w = g + 3 == r ? u_r : w[g / 4].w;
+        if (g < g0) {
+            u[g] = u[g + 1] = u[g + 2] = u[g + 3] = 0.f;
+            continue;
         }
-        d[0] = fmaf(w[g / 4].x, a[g], d[0]);
-        d[1] = fmaf(w[g / 4].y, a[g + 1], d[1]);
-        d[2] = fmaf(w[g / 4].z, a[g + 2], d[2]);
-        d[3] = fmaf(w[g / 4].w, a[g + 3], d[3]);
+        const float4 q = reinterpret_cast<const float4*>(col)[g / 4];
+        u[g] = q.x;
+        u[g + 1] = q.y;
+        u[g + 2] = q.z;
+        u[g + 3] = q.w;
+        if (g == g0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) u[g + i] = g + i <= r ? 0.f : u[g + i];
+        }
     }
-    const float s = tau_u * ((d[0] + d[1]) + (d[2] + d[3]));
+}
+
+// a[r].
+template <int MR>
+__device__ __forceinline__ float get_row(const float (&a)[MR], int r, int g0) {
+    float v = 0.f;
+#pragma unroll
+    for (int g = 0; g < MR; g += 4) {
+        if (g != g0) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v = g + i == r ? a[g + i] : v;
+    }
+    return v;
+}
+
+// a[r] = value.
+template <int MR>
+__device__ __forceinline__ void set_row(float (&a)[MR], int r, int g0, float value) {
+#pragma unroll
+    for (int g = 0; g < MR; g += 4) {
+        if (g != g0) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[g + i] = g + i == r ? value : a[g + i];
+    }
+}
+
+// Sum of squares of a below row s, for s in groups g0 or g0 + 4 (rows of those two groups are masked).
+template <int MR>
+__device__ __forceinline__ float squares_below(const float (&a)[MR], int s, int g0) {
     float ss[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int g = 0; g < MR; g += 4) {
-        if ((g | 3) < r) continue;
-        a[g] = fmaf(-s, w[g / 4].x, a[g]);
-        a[g + 1] = fmaf(-s, w[g / 4].y, a[g + 1]);
-        a[g + 2] = fmaf(-s, w[g / 4].z, a[g + 2]);
-        a[g + 3] = fmaf(-s, w[g / 4].w, a[g + 3]);
-        if (NEXT) {
-            if (g > r + 1) {
+        if (g < g0) continue;
 #pragma unroll
-                for (int q = 0; q < 4; ++q) ss[q] = fmaf(a[g + q], a[g + q], ss[q]);
-            } else {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) ss[q] = g + q > r + 1 ? fmaf(a[g + q], a[g + q], ss[q]) : ss[q];
-            }
+        for (int i = 0; i < 4; ++i) {
+            if (g <= g0 + 4) ss[i] = g + i > s ? fmaf(a[g + i], a[g + i], ss[i]) : ss[i];
+            else ss[i] = fmaf(a[g + i], a[g + i], ss[i]);
         }
     }
     return (ss[0] + ss[1]) + (ss[2] + ss[3]);
+}
+
+// a -= tau_u (u . a) u with u_r = dd and u's rows below r in u (zero at and above r). The dot over the rows
+// below r does not wait for dd, so it overlaps the scalars that dd waits for. With NEXT, returns the updated
+// a's sum of squares below row r + 1: the next reflector's tail, which its owner needs (every lane computes
+// its own; SIMT makes that free).
+template <int MR, bool NEXT>
+__device__ __forceinline__ float apply_reflector(float (&a)[MR], const float (&u)[MR], float dd, float tau_u,
+                                                 int r, int g0) {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < MR; g += 4) {
+        if (g < g0) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[i] = fmaf(u[g + i], a[g + i], d[i]);
+    }
+    const float ar = get_row(a, r, g0);
+    const float s = tau_u * fmaf(dd, ar, (d[0] + d[1]) + (d[2] + d[3]));
+    set_row(a, r, g0, fmaf(-s, dd, ar));
+#pragma unroll
+    for (int g = 0; g < MR; g += 4) {
+        if (g < g0) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[g + i] = fmaf(-s, u[g + i], a[g + i]);
+    }
+    return NEXT ? squares_below(a, r + 1, g0) : 0.f;
+}
+
+// The rare reflector whose tail's FP32 squares lose precision (below 2^-100 of a matrix scaled to max 1) or
+// vanish: its scalars in FP64 from the published column of `rows` rows, and v scaled there in place by the
+// owner (its scale may not fit FP32). Returns (tau, beta); a zero tail gives tau = 0 and leaves the column
+// as it is (LAPACK). Kept out of line: it would double the size of the unrolled code.
+__device__ __noinline__ float2 tiny_reflector(float* col, int r, int rows, float alpha, bool own) {
+    double ss = 0.0, beta, tau, scal;
+    for (int i = r + 1; i < rows; ++i) ss = fma((double)col[i], (double)col[i], ss);
+    if (ss == 0.0) return make_float2(0.f, alpha);  // warp-uniform: every lane summed the same column
+    householder_scalars((double)alpha, ss, beta, tau, scal);
+    __syncwarp();  // every lane has read the column
+    if (own)
+        for (int i = r + 1; i < rows; ++i) col[i] = (float)(col[i] * scal);
+    __syncwarp();
+    return make_float2((float)tau, (float)beta);
+}
+
+// What a lane holds: its columns (slot p is column lane + 32 p), and per slot the owner's diagonal, scale,
+// tau and whether v was scaled in shared memory (tiny); ss is its slot's column's sum of squares below the
+// current reflector's row (the owner's is shuffled).
+template <int MR, int CPL>
+struct LaneState {
+    float x[CPL][MR];
+    float diag[CPL], scale[CPL], tau[CPL];
+    bool tiny[CPL];
+    float ss;
+};
+
+// Reflector r (column r: lane r & 31, slot P; g0 = r & ~3). Only its owner published the column (after
+// applying reflector r - 1); every lane reads it, gets alpha from it and the tail's sum of squares from the
+// owner (a shuffle), and computes the scalars itself. It is applied unscaled: u = the column with
+// u_r = alpha - beta (dd), tau_u = tau / (alpha - beta)^2; the owner defers its own scaling to the output
+// (scale) and keeps its diagonal (diag).
+template <int MR, int CPL, int P>
+__device__ __forceinline__ void reflector_step(LaneState<MR, CPL>& st, float* tile, int r, int g0, int lane, int K) {
+    using S = WarpSmem<MR, CPL>;
+    const int owner = r & 31;
+    const bool own = lane == owner;
+    float* col = tile + r * S::LD;
+    __syncwarp();  // the owner's column is published
+    const float ss_o = __shfl_sync(FULL, st.ss, owner);
+    const float alpha = col[r];
+    float u[MR];
+    read_column(u, col, r, g0);
+    float tau, tau_u, beta, dd;
+    if (ss_o >= 0x1p-100f) {
+        const float t = fmaf(alpha, alpha, ss_o);
+        const float rn = rsqrtf(t);
+        beta = alpha >= 0.f ? -t * rn : t * rn;
+        dd = alpha - beta;  // |dd| = |alpha| + ||x||: no cancellation
+        const float rd = __fdividef(1.f, dd);
+        tau = fabsf(dd) * rn;
+        tau_u = rn * fabsf(rd);
+        if (own) st.scale[P] = rd;
+    } else {  // warp-uniform: every lane holds the owner's ss
+        const float2 tb = tiny_reflector(col, r, MR, alpha, own);
+        tau = tau_u = tb.x;
+        beta = tb.y;
+        dd = 1.f;
+        read_column(u, col, r, g0);  // v, scaled
+        if (own) st.tiny[P] = true;
+    }
+    if (own) {
+        st.diag[P] = beta;
+        st.tau[P] = tau;
+    }
+    st.ss = apply_reflector<MR, true>(st.x[P], u, dd, lane > owner ? tau_u : 0.f, r, g0);
+#pragma unroll
+    for (int k = P + 1; k < CPL; ++k) apply_reflector<MR, false>(st.x[k], u, dd, tau_u, r, g0);
+    // the next reflector's owner publishes its column, now up to date
+    const int next = r + 1;
+    if (next < K) {
+        if (owner < 31) {
+            if (lane == owner + 1) store_column(st.x[P], tile + next * S::LD, next & ~3);
+        } else if (P + 1 < CPL && lane == 0) {
+            store_column(st.x[P + 1 < CPL ? P + 1 : P], tile + next * S::LD, next);
+        }
+    }
+}
+
+// The reflectors of slot P, group of four by group of four: the groups are unrolled (G a compile-time
+// constant), the four reflectors of a group share its code.
+template <int MR, int CPL, int P, int G>
+__device__ __forceinline__ void slot_steps(LaneState<MR, CPL>& st, float* tile, int lane, int K) {
+    if constexpr (4 * G < 32 && 32 * P + 4 * G < MR) {  // no reflector starts below the last row
+        constexpr int g0 = 32 * P + 4 * G;
+        const int end = K < g0 + 4 ? K : g0 + 4;
+#pragma unroll 1
+        for (int r = g0; r < end; ++r) reflector_step<MR, CPL, P>(st, tile, r, g0, lane, K);
+        slot_steps<MR, CPL, P, G + 1>(st, tile, lane, K);
+    }
+}
+
+template <int MR, int CPL, int P>
+__device__ __forceinline__ void all_steps(LaneState<MR, CPL>& st, float* tile, int lane, int K) {
+    if constexpr (P < CPL) {
+        st.ss = squares_below(st.x[P], 32 * P, 32 * P);
+        slot_steps<MR, CPL, P, 0>(st, tile, lane, K);
+        all_steps<MR, CPL, P + 1>(st, tile, lane, K);
+    }
 }
 
 template <int MR, int CPL>
@@ -110,7 +259,8 @@ __global__ void __launch_bounds__(128) warp_qr_kernel(qr2_whole_qr_args a) {
 
     // in: straight into registers, every load in flight at once (any strides)
     const float* src = a.src + mat * a.src_bs;
-    float x[CPL][MR];
+    LaneState<MR, CPL> st;
+    float(&x)[CPL][MR] = st.x;
     float amax = 0.f;
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
@@ -126,87 +276,18 @@ __global__ void __launch_bounds__(128) warp_qr_kernel(qr2_whole_qr_args a) {
     for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
     int expo = 0;
     if (amax > 0.f && amax <= FLT_MAX) frexpf(amax, &expo);
+    const Pow2 down = pow2(-expo), up = pow2(expo);
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
 #pragma unroll
-        for (int i = 0; i < MR; ++i) x[k][i] = scalbnf(x[k][i], -expo);
-        store_column(x[k], tile + (lane + 32 * k) * S::LD, 0);
+        for (int i = 0; i < MR; ++i) x[k][i] = times(x[k][i], down);
+        st.diag[k] = 0.f;
+        st.scale[k] = 1.f;
+        st.tau[k] = 0.f;
+        st.tiny[k] = false;
     }
-
-    // Reflector r is LAPACK slarfg's on column r (lane r & 31, slot p = r / 32; p compile-time, so that
-    // registers are never indexed at run time). Every lane computes its scalars from the owner's alpha
-    // (its published column) and tail sum of squares (a shuffle), so nothing else is broadcast. It is
-    // applied unscaled: u = the column with u_r = alpha - beta (dd, which every lane holds),
-    // tau_u = tau / (alpha - beta)^2; the owner zeroes the rows above r in u's first group, defers its own
-    // scaling to the output (scale[p]) and keeps its diagonal (diag[p]). Every lane then applies it to
-    // its columns right of r and publishes them again.
-    float diag[CPL], scale[CPL], tau_mine[CPL];
-    bool tiny[CPL];
-#pragma unroll
-    for (int p = 0; p < CPL; ++p) {
-        diag[p] = 0.f;
-        scale[p] = 1.f;
-        tau_mine[p] = 0.f;
-        tiny[p] = false;
-        float ss = tail_squares(x[p], 32 * p);
-        const int r_end = K < 32 * (p + 1) ? K : 32 * (p + 1);
-        for (int r = 32 * p; r < r_end; ++r) {
-            const int owner = r & 31;
-            const bool own = lane == owner;
-            float* u = tile + r * S::LD;
-            __syncwarp();  // the owner's column, published in the previous step
-            const float ss_o = __shfl_sync(FULL, ss, owner);
-            const float alpha = u[r];
-            float tau, tau_u, beta, dd;
-            if (ss_o >= 0x1p-100f) {
-                const float t = fmaf(alpha, alpha, ss_o);
-                const float rn = rsqrtf(t);
-                beta = alpha >= 0.f ? -t * rn : t * rn;
-                dd = alpha - beta;  // |dd| = |alpha| + ||x||: no cancellation
-                const float rd = __fdividef(1.f, dd);
-                tau = fabsf(dd) * rn;
-                tau_u = rn * fabsf(rd);
-                if (own) scale[p] = rd;
-            } else {
-                // Warp-uniform (every lane holds the owner's ss): a tail whose FP32 squares lose precision
-                // (below 2^-100 of a matrix scaled to max 1), or a zero one. FP64 over the published
-                // column, every lane alike; v is scaled in place there (its scale may not fit FP32). A
-                // zero tail gives tau = 0 and leaves the column as it is (LAPACK).
-                double ss64 = 0.0, beta64, tau64, scal64;
-                for (int i = r + 1; i < MR; ++i) ss64 = fma((double)u[i], (double)u[i], ss64);
-                tau = tau_u = 0.f;
-                beta = alpha;
-                if (ss64 > 0.0) {
-                    householder_scalars((double)alpha, ss64, beta64, tau64, scal64);
-                    __syncwarp();  // everyone has read u before the owner scales it
-                    if (own)
-                        for (int i = r + 1; i < MR; ++i) u[i] = (float)(u[i] * scal64);
-                    tau = tau_u = (float)tau64;
-                    beta = (float)beta64;
-                    if (own) tiny[p] = true;
-                }
-                dd = 1.f;
-            }
-            if (own) {  // u above r in r's group of four reads as zero (nobody reads those rows before the
-                        // next __syncwarp; u_r itself stays alpha, read above, and is passed as dd)
-                const int g0 = r & ~3;
-                if (g0 + 0 < r) u[g0] = 0.f;
-                if (g0 + 1 < r) u[g0 + 1] = 0.f;
-                if (g0 + 2 < r) u[g0 + 2] = 0.f;
-                diag[p] = beta;
-                tau_mine[p] = tau;
-            }
-            __syncwarp();
-            const bool right = lane > owner;
-            ss = apply_reflector<MR, true>(x[p], u, dd, right ? tau_u : 0.f, r);
-            if (right) store_column(x[p], tile + (lane + 32 * p) * S::LD, r + 1);
-#pragma unroll
-            for (int k = p + 1; k < CPL; ++k) {
-                apply_reflector<MR, false>(x[k], u, dd, tau_u, r);
-                store_column(x[k], tile + (lane + 32 * k) * S::LD, r + 1);
-            }
-        }
-    }
+    if (lane == 0) store_column(x[0], tile, 0);  // reflector 0's column
+    all_steps<MR, CPL, 0>(st, tile, lane, K);
     __syncwarp();  // every lane is done reading the last reflector before columns are overwritten
 
     // out: tau; R above the diagonal and beta on it scaled back, v = column * scale below it (columns
@@ -216,24 +297,29 @@ __global__ void __launch_bounds__(128) warp_qr_kernel(qr2_whole_qr_args a) {
     for (int k = 0; k < CPL; ++k) {
         const int c = lane + 32 * k;
         const bool factored = c < K;
-        if (factored) tau_out[c] = tau_mine[k];
-        if (tiny[k]) {  // its v was scaled in FP64, in shared memory
-#pragma unroll
-            for (int i = 0; i < MR; ++i)
-                if (i > c) x[k][i] = tile[c * S::LD + i];
-        }
+        float* own_col = tile + c * S::LD;
+        if (factored) tau_out[c] = st.tau[k];
 #pragma unroll
         for (int i = 0; i < MR; ++i) {
-            float val = i < c || !factored ? scalbnf(x[k][i], expo) : x[k][i] * scale[k];
-            x[k][i] = i == c && factored ? scalbnf(diag[k], expo) : val;
+            float val = i < c || !factored ? times(x[k][i], up) : x[k][i] * st.scale[k];
+            if (st.tiny[k] && i > c) val = own_col[i];  // its v was scaled in shared memory
+            x[k][i] = i == c && factored ? times(st.diag[k], up) : val;
         }
-        store_column(x[k], tile + c * S::LD, 0);
+        store_column(x[k], own_col, 0);
     }
     __syncwarp();
     float* h = a.h + mat * (int64_t)m * n;
+    if ((m & 3) == 0) {  // whole float4s: each column's m rows are m / 4 of them, 16-byte aligned
+        const int q = m >> 2;
+        for (int e = lane; e < q * n; e += 32) {
+            const int c = e / q, g = e - c * q;
+            reinterpret_cast<float4*>(h)[e] = reinterpret_cast<const float4*>(tile + c * S::LD)[g];
+        }
+    } else {
 #pragma unroll 4
-    for (int c = 0; c < n; ++c)
-        for (int i = lane; i < m; i += 32) h[(int64_t)c * m + i] = tile[c * S::LD + i];
+        for (int c = 0; c < n; ++c)
+            for (int i = lane; i < m; i += 32) h[(int64_t)c * m + i] = tile[c * S::LD + i];
+    }
 }
 
 // Rows per lane column: m rounded up to the next instantiated size.

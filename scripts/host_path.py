@@ -76,6 +76,7 @@ def main():
             qr2_op._force_route(route)
             name = f"{tag} {route or 'table route'}"
             rows[f"{name}: wall"] = wall_us(lambda: op(A), calls=5000)
+            rows[f"{name}: wall, qr2_op.geqrf"] = wall_us(lambda: qr2_op.geqrf(A), calls=5000)
             with torch.inference_mode():
                 rows[f"{name}: wall, inference_mode"] = wall_us(lambda: op(A), calls=5000)
             rows[f"{name}: events"] = event_us(lambda: qr2_op.geqrf(A))

@@ -1,5 +1,6 @@
 """cuda/warp_qr.cu: whole small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64) factored by one warp,
-a lane per column (route `warp_columns`, forced here so that every case reaches the kernel)."""
+a lane per column (routes `warp_columns` and `warp_columns_many`; `warp_columns` is forced here so that every case
+reaches the kernel)."""
 import pytest
 import torch
 
@@ -25,13 +26,16 @@ def forced():
     qr2_op._force_route(None)
 
 
-def test_the_table_sends_large_batches_here():
+def test_the_table_sends_small_and_many_matrices_here():
     qr2_op._force_route(None)
-    for m, n in [(32, 32), (20, 32), (64, 64), (1, 64), (96, 32), (50, 40)]:
-        assert holds(m, n) and qr2_op.route_for(m, n, 1000) == ROUTE, (m, n)
-        assert qr2_op.route_for(m, n, 640) != ROUTE, (m, n)  # `registers` measured faster below 1000
-    for m, n in [(1, 1), (64, 31), (65, 64), (97, 32), (96, 33), (256, 1), (96, 96)]:  # n < 32 or too large
-        assert qr2_op.route_for(m, n, 1000) != ROUTE, (m, n)
+    for m, n in [(32, 32), (1, 1), (8, 8), (32, 1), (1, 32), (17, 29)]:  # m, n <= 32: every batch
+        for batch in (1, 20, 640, 100000):
+            assert qr2_op.route_for(m, n, batch) == ROUTE, (m, n, batch)
+    for m, n in [(64, 64), (1, 64), (96, 32), (50, 40), (33, 33)]:  # the rest it holds: past 132 matrices
+        assert holds(m, n) and qr2_op.route_for(m, n, 133) == "warp_columns_many", (m, n)
+        assert qr2_op.route_for(m, n, 132) not in (ROUTE, "warp_columns_many"), (m, n)
+    for m, n in [(65, 64), (97, 32), (96, 33), (256, 1), (96, 96)]:  # too large
+        assert qr2_op.route_for(m, n, 1000) not in (ROUTE, "warp_columns_many"), (m, n)
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
