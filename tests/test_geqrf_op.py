@@ -1,4 +1,5 @@
 """qr2.geqrf is a drop-in for torch.geqrf: sizes, strides, dtypes, errors, input safety, autograd."""
+import contextlib
 import warnings
 
 import pytest
@@ -201,3 +202,27 @@ def test_cuda_calls_do_not_leak_device_memory():
         torch.ops.qr2.geqrf(A.to(torch.float16))
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.parametrize("entry", ["qr2_op.geqrf", "torch.ops.qr2.geqrf"])
+@pytest.mark.parametrize("kind", ["plain", "requires grad", "requires grad, no_grad", "non-leaf", "sparse"])
+def test_python_api_and_operator_agree(device, entry, kind):
+    """qr2_op.geqrf calls the below-autograd twin itself when nothing needs a graph; the operator's C
+    Autograd kernel makes the same choice. Both must give the same outputs, autograd state and errors."""
+    fn = qr2_op.geqrf if entry == "qr2_op.geqrf" else torch.ops.qr2.geqrf
+    A = torch.randn(3, 6, 5, device=device, requires_grad=kind != "plain" and kind != "sparse")
+    if kind == "non-leaf":
+        A = A * 1.0
+    if kind == "sparse":
+        with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a dense \(strided\) tensor"):
+            fn(A.to_sparse())
+        return
+    with torch.no_grad() if kind.endswith("no_grad") else contextlib.nullcontext():
+        H, tau = fn(A)
+    graph = kind in ("requires grad", "non-leaf")
+    assert H.requires_grad == graph and tau.requires_grad == graph
+    Hr, taur = torch.ops.qr2._geqrf_impl(A.detach())
+    assert torch.equal(H.detach(), Hr) and torch.equal(tau.detach(), taur)
+    if graph:
+        with pytest.raises(RuntimeError, match=r"qr2\.geqrf: the operator is not differentiable"):
+            H.sum().backward()
