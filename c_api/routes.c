@@ -23,6 +23,12 @@ static const qr2_route routes[] = {
     {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, QR2_WARP_QR_MAX_N, 133, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96, or n <= 64 "
      "with m <= 64 (up to four matrices per block)"},
+    /* NOT MEASURED YET (branch wip/block-columns): placed where the register kernels are slowest against their
+     * estimate; the next GPU run decides its rows */
+    {"block_columns", QR2_ROUTE_BLOCK, 0, 97, QR2_BLOCK_QR_MAX, 0, 132, 0, 0, 1,
+     "small matrices (m, n <= 176, n > 96) factored whole by one thread block each, two lanes per column "
+     "(half its rows each): dots are the lanes' own FMAs and one shuffle, each reflector's column published "
+     "in shared memory, one block barrier per reflector"},
     /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs. There, for 48 <= n <= 160, it measured
      * 1.1-1.5x faster than one block per matrix; at batch 100 and beyond one block is 1.3-1.8x faster */
     {"registers_cluster2", QR2_ROUTE_REGISTERS, 0, 48, QR2_REGISTER_QR_MAX, 0, 66, 0, 0, 2,
@@ -68,6 +74,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Whether the route's kernels can hold the shape at all (the table's limits aside). */
 static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
     if (r->kind == QR2_ROUTE_WARP) return qr2_warp_qr_supported(m, n);
+    if (r->kind == QR2_ROUTE_BLOCK) return qr2_block_qr_supported(m, n);
     if (r->kind == QR2_ROUTE_REGISTERS) return qr2_register_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;
@@ -103,7 +110,7 @@ int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
                                               qr2_wy_work_floats(r->nb, p->n));
 }
 
-/* ---- warp_columns, registers ---- */
+/* ---- warp_columns, block_columns, registers ---- */
 
 static qr2_whole_qr_args whole_args(const qr2_problem* p) {
     qr2_whole_qr_args a = {
@@ -117,6 +124,11 @@ static qr2_whole_qr_args whole_args(const qr2_problem* p) {
 static int run_registers(const qr2_route* r, const qr2_problem* p) {
     const qr2_whole_qr_args a = whole_args(p);
     return qr2_register_qr(&a, r->cluster, p->device, p->stream);
+}
+
+static int run_block(const qr2_problem* p) {
+    const qr2_whole_qr_args a = whole_args(p);
+    return qr2_block_qr(&a, p->stream);
 }
 
 static int run_warp(const qr2_problem* p) {
@@ -245,6 +257,7 @@ int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work) {
     if (p->batch == 0 || p->m == 0 || p->n == 0) return 0;
     switch (route->kind) {
         case QR2_ROUTE_WARP: return run_warp(p);
+        case QR2_ROUTE_BLOCK: return run_block(p);
         case QR2_ROUTE_REGISTERS: return run_registers(route, p);
         case QR2_ROUTE_ON_CHIP: return run_on_chip(p);
         case QR2_ROUTE_BLOCKED: return run_blocked(route, p, work);
@@ -262,6 +275,12 @@ const char* qr2_route_description(int i) { return i >= 0 && i < ROUTE_COUNT ? ro
 int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin) {
     for (int i = 0; i < ROUTE_COUNT; ++i)
         if (admits(&routes[i], m, n, batch, smem_optin)) return i;
+    return -1;
+}
+
+int qr2_route_holds(const char* name, int64_t m, int64_t n, int smem_optin) {
+    for (int i = 0; i < ROUTE_COUNT; ++i)
+        if (strcmp(routes[i].name, name) == 0) return can_run(&routes[i], m, n, smem_optin);
     return -1;
 }
 

@@ -11,6 +11,7 @@
 
 typedef enum qr2_route_kind {
     QR2_ROUTE_WARP,      /* whole matrix in one warp's registers, a lane per column: one launch */
+    QR2_ROUTE_BLOCK,     /* whole matrix in one block's registers, two lanes per column: one launch */
     QR2_ROUTE_REGISTERS, /* whole matrix in the registers of one block or a cluster: one launch */
     QR2_ROUTE_ON_CHIP,   /* whole matrix in one block's shared memory: one launch */
     QR2_ROUTE_BLOCKED,   /* blocked Householder: recursive panels + compact-WY GEMM updates */
@@ -56,6 +57,8 @@ QR2_EXPORT int qr2_route_count(void);
 QR2_EXPORT const char* qr2_route_name(int index);
 QR2_EXPORT const char* qr2_route_description(int index);
 QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin);
+/* Whether route `name`'s kernels can hold m x n at all, the table's limits aside (-1: no such route). */
+QR2_EXPORT int qr2_route_holds(const char* name, int64_t m, int64_t n, int smem_optin);
 /* Tests and benchmarks only: run `name` for every shape it can run, whatever the table's limits
  * (NULL: back to the table). "empty_kernel" (not a row of the table) makes every FP32 CUDA call launch
  * one empty kernel and return H and tau uninitialised: the floor of a call, for the benchmark. */

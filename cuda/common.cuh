@@ -109,3 +109,15 @@ static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what) {
                    what);
     return 0;
 }
+
+// Multiplies by 2^e (|e| <= 252) with two normal power-of-two factors: exact unless the result is subnormal.
+struct Pow2 {
+    float lo, hi;
+};
+
+__device__ __forceinline__ Pow2 pow2(int e) {
+    const int e1 = e / 2, e2 = e - e1;
+    return {__int_as_float((127 + e1) << 23), __int_as_float((127 + e2) << 23)};
+}
+
+__device__ __forceinline__ float times(float x, Pow2 f) { return x * f.lo * f.hi; }

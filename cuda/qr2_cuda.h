@@ -108,6 +108,12 @@ typedef struct qr2_whole_qr_args {
 int qr2_warp_qr_supported(int64_t m, int64_t n);
 int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 
+/* One thread block per matrix, two lanes per column (half its rows each), whole columns in registers:
+ * m, n <= QR2_BLOCK_QR_MAX. */
+#define QR2_BLOCK_QR_MAX 176
+int qr2_block_qr_supported(int64_t m, int64_t n);
+int qr2_block_qr(const qr2_whole_qr_args* args, void* stream);
+
 /* m, n <= 256 held in registers (columns dealt cyclically to the warps, rows across lanes) with every
  * reflector kept in shared memory: one thread block per matrix, or a cluster of `cluster` = 2 blocks that
  * share its columns. */

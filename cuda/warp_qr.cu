@@ -36,18 +36,6 @@ struct WarpSmem {
     static constexpr int FLOATS = 32 * CPL * LD;
 };
 
-// Multiplies by 2^e (|e| <= 252) with two normal power-of-two factors: exact unless the result is subnormal.
-struct Pow2 {
-    float lo, hi;
-};
-
-__device__ __forceinline__ Pow2 pow2(int e) {
-    const int e1 = e / 2, e2 = e - e1;
-    return {__int_as_float((127 + e1) << 23), __int_as_float((127 + e2) << 23)};
-}
-
-__device__ __forceinline__ float times(float x, Pow2 f) { return x * f.lo * f.hi; }
-
 // Stores the row groups of four of a from group g0 on into its shared-memory column.
 template <int MR>
 __device__ __forceinline__ void store_column(const float (&a)[MR], float* col, int g0) {

@@ -28,6 +28,8 @@ _lib.qr2_route_description.restype = ctypes.c_char_p
 _lib.qr2_route_description.argtypes = [ctypes.c_int]
 _lib.qr2_route_index_for.restype = ctypes.c_int
 _lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+_lib.qr2_route_holds.restype = ctypes.c_int
+_lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
 _lib.qr2_route_force.restype = ctypes.c_int
 _lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 
@@ -127,6 +129,15 @@ def route_for(m: int, n: int, batch: int = 1, smem_optin: int = 232448) -> str:
     shared memory per block; 232448 bytes on Hopper)."""
     i = _lib.qr2_route_index_for(m, n, batch, smem_optin)
     return _lib.qr2_route_name(i).decode() if i >= 0 else None
+
+
+def _route_holds(name: str, m: int, n: int, smem_optin: int = 232448) -> bool:
+    """Tests and benchmarks only: whether route `name`'s kernels can hold m x n, the table's limits aside (a
+    forced route that cannot falls back to the table)."""
+    r = _lib.qr2_route_holds(name.encode(), m, n, smem_optin)
+    if r < 0:
+        raise ValueError(f"qr2: no route named {name!r}")
+    return bool(r)
 
 
 def _force_route(name):

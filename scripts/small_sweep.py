@@ -42,20 +42,14 @@ def forced(route):
 
 def holds(route, n):
     """Whether `route`'s kernel can hold n x n (a forced route that cannot falls back to the table)."""
-    if route == "registers":  # batch 100: the table tries one block first (n <= 32 goes to warp_columns)
-        return n <= 32 or qr2_op.route_for(n, n, 100) == "registers"
-    if route == "registers_cluster2":
-        return qr2_op.route_for(n, n, 1) in ("registers", "registers_cluster2")
-    if route == "warp_columns":
-        return n <= 64
-    return True
+    return qr2_op._route_holds(route, n, n) if route != "blocked_nb32" else True
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", default="8:256:8", help="start:stop:step")
     ap.add_argument("--batches", default="1,20,40,640")
-    ap.add_argument("--routes", default="warp_columns,registers,registers_cluster2,blocked_nb32")
+    ap.add_argument("--routes", default="warp_columns,block_columns,registers,registers_cluster2,blocked_nb32")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json-out")
     args = ap.parse_args()

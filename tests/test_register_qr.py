@@ -15,13 +15,8 @@ ROUTES = ["registers", "registers_cluster2"]
 
 
 def holds(route, m, n):
-    """Whether `route`'s kernel can hold m x n. At batch 100 the table tries one block first (clusters win
-    only up to 66 matrices), then the cluster up to n 192; at batch 1 the cluster first for n >= 48."""
-    if m <= 32 and n <= 32:  # the table sends these to warp_columns; both kernels hold them
-        return True
-    if route == "registers":
-        return qr2_op.route_for(m, n, 100) == "registers"
-    return qr2_op.route_for(m, n, 1) in ("registers", "registers_cluster2")
+    """Whether `route`'s kernel can hold m x n (a forced route that cannot falls back to the table)."""
+    return qr2_op._route_holds(route, m, n)
 
 
 @pytest.fixture(params=ROUTES)
@@ -32,7 +27,7 @@ def route(request):
 
 
 def test_the_table_sends_small_shapes_here():
-    for m, n in [(33, 33), (176, 176), (224, 224), (256, 3), (3, 256), (97, 211), (256, 200), (64, 32)]:
+    for m, n in [(33, 33), (192, 192), (224, 224), (256, 3), (3, 256), (97, 211), (256, 200), (64, 32)]:
         assert qr2_op.route_for(m, n, 40) in ROUTES, (m, n)
     assert qr2_op.route_for(257, 257, 40) not in ROUTES
 

@@ -1,0 +1,94 @@
+"""cuda/block_qr.cu: whole matrices up to 176 x 176 factored by one thread block each, two lanes per column
+(route `block_columns`, forced here so that every case reaches the kernel)."""
+import pytest
+import torch
+
+import qr2_op
+import whole_matrix
+from conftest import requires_cuda
+from reference import CASE_NAMES, generate_input
+from whole_matrix import check
+
+pytestmark = requires_cuda
+
+ROUTE = "block_columns"
+
+
+@pytest.fixture(autouse=True)
+def forced():
+    qr2_op._force_route(ROUTE)
+    yield
+    qr2_op._force_route(None)
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+@pytest.mark.parametrize("n", [32, 128, 176], ids=lambda n: f"n{n}")
+def test_every_profile(n, case):
+    for cond in (1, 1000):  # 1000: columns fall below FP32's range (subnormal and zero columns)
+        check(generate_input(batch=6, n=n, cond=cond, seed=n + len(case), case=case))
+
+
+# every instantiation (rows per thread 32, 64, 88), both halves ending the matrix, wide and tall shapes
+SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 160, 175, 176)] + [
+    (176, 1), (1, 176), (176, 97), (97, 176), (130, 60), (60, 130), (12, 170), (170, 12), (68, 68), (66, 150)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_shapes(shape):
+    check(torch.randn(3, *shape, device="cuda"))
+
+
+def test_larger_shapes_go_elsewhere():
+    for m, n in [(177, 176), (176, 177), (256, 256)]:
+        qr2_op._force_route(ROUTE)  # a forced route that cannot hold the shape falls back to the table
+        check(torch.randn(2, m, n, device="cuda"))
+
+
+@pytest.mark.parametrize("batch", [1, 40, 133, 1000])
+def test_batch_sizes(batch):
+    check(torch.randn(batch, 176, 176, device="cuda"))
+
+
+def test_strided_inputs_are_read_in_place():
+    base = torch.randn(3, 4, 180, 178, device="cuda")
+    for A in (base[..., :176, :176].transpose(-1, -2), base[:, :, ::2, 1:], base.permute(1, 0, 2, 3)[..., :100, :150],
+              torch.randn(1, 90, 90, device="cuda").expand(3, 90, 90)):
+        before = A.clone()
+        check(A)
+        assert torch.equal(A, before)  # never modified
+
+
+def test_lapack_conventions_match_torch():
+    whole_matrix.lapack_conventions_match_torch(176)
+
+
+def test_zero_and_triangular_inputs():
+    whole_matrix.zero_and_triangular_inputs(176, 150, [0, 17, 100])
+
+
+@pytest.mark.parametrize("scale", [1e-38, 1e-30, 1e30, 1e36], ids=str)
+def test_tiny_and_huge_values(scale):
+    whole_matrix.tiny_and_huge_values(176, scale)
+
+
+def test_rows_scaled_over_many_decades():
+    check(torch.randn(4, 176, 176, device="cuda") * torch.logspace(-15, 15, 176, device="cuda")[:, None])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
+def test_nan_and_inf_stay_in_their_matrix(bad):
+    whole_matrix.nan_and_inf_stay_in_their_matrix(8, 176, bad)
+
+
+def test_one_kernel_per_call():
+    whole_matrix.one_kernel_per_call((40, 176, 176), "block_qr_kernel")
+
+
+def test_side_stream_and_cuda_graph():
+    whole_matrix.side_stream_and_cuda_graph((40, 176, 176))
+
+
+def test_repeatable_bit_for_bit():
+    """Reflectors pass between warps through shared memory, ordered by one block barrier each; a missed
+    synchronisation would show up as run-to-run differences."""
+    whole_matrix.repeatable_bit_for_bit((40, 176, 176))
