@@ -160,7 +160,7 @@ __device__ __forceinline__ void reflector_step(ThreadState<MR>& st, BlockSmem<MR
         tau = tau_u = tb.x;
         beta = tb.y;
         dd = 1.f;
-        if (c == r) st.tiny = true;
+        if (c == r && tau != 0.f) st.tiny = true;  // a zero tail wrote nothing to H: its zeros are output as usual
     }
     if (c == r && mine_r) st.diag = beta;
     if (threadIdx.x == 0) tau_out[r] = tau;
