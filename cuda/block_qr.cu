@@ -48,11 +48,13 @@ __device__ __forceinline__ int global_row(int i, int h) { return 8 * (i >> 2) + 
 // memory only, in loops, so it stays small inline (a call would spill the registers that hold the matrix).
 __device__ __forceinline__ float2 tiny_reflector(float* col, int r, int m, float alpha, float* h_col, bool writer) {
     double ss = 0.0, beta, tau, scal;
+#pragma unroll 1
     for (int i = r + 1; i < m; ++i) ss = fma((double)col[i], (double)col[i], ss);
     if (ss == 0.0) return make_float2(0.f, alpha);  // block-uniform: every thread summed the same column
     householder_scalars((double)alpha, ss, beta, tau, scal);
     __syncthreads();  // every thread has read the column
     if (writer) {
+#pragma unroll 1
         for (int i = r + 1; i < m; ++i) {
             const float v = (float)(col[i] * scal);
             col[i] = v;
