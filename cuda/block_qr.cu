@@ -186,7 +186,7 @@ __device__ __forceinline__ void all_steps(ThreadState<MR>& st, BlockSmem<MR>& sm
 
 // 184 registers: 11 warps of 184 fill the register file; below that the MR 88 instantiation spills.
 template <int MR>
-__global__ void __maxnreg__(184) block_qr_kernel(qr2_whole_qr_args a) {
+__global__ void __maxnreg__(MR > 64 ? 168 : 184) block_qr_kernel(qr2_whole_qr_args a) {
     __shared__ BlockSmem<MR> sm;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = lane >> 4, warps = blockDim.x >> 5;
     const int c = 16 * warp + (lane & 15);
