@@ -184,7 +184,9 @@ __device__ __forceinline__ void all_steps(ThreadState<MR>& st, BlockSmem<MR>& sm
     }
 }
 
-// 184 registers: 11 warps of 184 fill the register file; below that the MR 88 instantiation spills.
+// A block's warps are counted in fours against the SM's 65,536 registers (one quarter of the register file per
+// warp scheduler): 9-11 warps (n > 128) count as 12, so at most 170 registers a thread (at 184 the launch failed).
+// The 64-row build compiles to 167 and also runs 9-11 warps (m <= 128 < n); the 88-row build spills at 168.
 template <int MR>
 __global__ void __maxnreg__(MR > 64 ? 168 : 184) block_qr_kernel(qr2_whole_qr_args a) {
     __shared__ BlockSmem<MR> sm;
