@@ -33,7 +33,7 @@ def test_the_table_sends_small_shapes_here():
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
-@pytest.mark.parametrize("n", [32, 176, 224], ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("n", [32, 176, 224, 256], ids=lambda n: f"n{n}")
 def test_every_profile(route, n, case):
     if not holds(route, n, n):
         pytest.skip(f"{route} cannot hold {n} x {n}")
