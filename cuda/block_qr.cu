@@ -148,14 +148,9 @@ __device__ __forceinline__ void reflector_step(ThreadState<MR>& st, BlockSmem<MR
     const bool mine_r = ((r >> 2) & 1) == h;  // this half holds row r
     float tau, tau_u, beta, dd;
     if (ss_o >= 0x1p-100f) {
-        const float t = fmaf(alpha, alpha, ss_o);
-        const float rn = rsqrtf(t);
-        beta = alpha >= 0.f ? -t * rn : t * rn;
-        dd = alpha - beta;  // |dd| = |alpha| + ||x||: no cancellation
-        const float rd = __fdividef(1.f, dd);
-        tau = fabsf(dd) * rn;
-        tau_u = rn * fabsf(rd);
-        if (c == r) st.scale = rd;
+        const UnscaledReflector f = unscaled_reflector(alpha, ss_o);
+        beta = f.beta, dd = f.dd, tau = f.tau, tau_u = f.tau_u;
+        if (c == r) st.scale = f.rd;
     } else {  // block-uniform: every thread read the same tail sums
         const float2 tb = tiny_reflector(reinterpret_cast<float*>(sm.col[b]), r, m, alpha, h_out + (int64_t)r * m,
                                          threadIdx.x == 0);

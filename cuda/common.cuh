@@ -42,6 +42,25 @@ __device__ __forceinline__ void householder_scalars(T alpha, T ss, T& beta, T& t
     scal = T(1) / (alpha - beta);
 }
 
+// slarfg's scalars in FP32 for a reflector applied unscaled (u = x with u_p = dd = alpha - beta, tau_u = tau / dd^2,
+// so that tau_u (u . x) u is the update), from ss >= 2^-100 (no underflow in the squares): beta, dd, tau, tau_u, and
+// rd = 1 / dd, which scales the tail into v at the output.
+struct UnscaledReflector {
+    float beta, dd, tau, tau_u, rd;
+};
+
+__device__ __forceinline__ UnscaledReflector unscaled_reflector(float alpha, float ss) {
+    UnscaledReflector f;
+    const float t = fmaf(alpha, alpha, ss);
+    const float rn = rsqrtf(t);
+    f.beta = alpha >= 0.f ? -t * rn : t * rn;
+    f.dd = alpha - f.beta;  // |dd| = |alpha| + ||x||: no cancellation
+    f.rd = __fdividef(1.f, f.dd);
+    f.tau = fabsf(f.dd) * rn;
+    f.tau_u = rn * fabsf(f.rd);
+    return f;
+}
+
 // One round of a warp butterfly reduce-scatter over the 2*HALF slots d[0 .. 2*HALF): lanes with bit `BIT`
 // set keep the upper half, the others the lower half, each adding its partner's copy of the half it keeps
 // (the kept half ends in d[0 .. HALF)).

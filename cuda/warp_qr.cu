@@ -180,14 +180,9 @@ __device__ __forceinline__ void reflector_step(LaneState<MR, CPL>& st, float* ti
     read_column(u, col, r, g0);
     float tau, tau_u, beta, dd;
     if (ss_o >= 0x1p-100f) {
-        const float t = fmaf(alpha, alpha, ss_o);
-        const float rn = rsqrtf(t);
-        beta = alpha >= 0.f ? -t * rn : t * rn;
-        dd = alpha - beta;  // |dd| = |alpha| + ||x||: no cancellation
-        const float rd = __fdividef(1.f, dd);
-        tau = fabsf(dd) * rn;
-        tau_u = rn * fabsf(rd);
-        if (own) st.scale[P] = rd;
+        const UnscaledReflector f = unscaled_reflector(alpha, ss_o);
+        beta = f.beta, dd = f.dd, tau = f.tau, tau_u = f.tau_u;
+        if (own) st.scale[P] = f.rd;
     } else {  // warp-uniform: every lane holds the owner's ss
         const float2 tb = tiny_reflector(col, r, MR, alpha, own);
         tau = tau_u = tb.x;
