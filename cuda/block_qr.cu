@@ -29,13 +29,14 @@ struct BlockSmem {
     float4 col[2][MR / 2];  // the published column of reflector r in buffer r & 1
     float tail[2][2];       // its owner lanes' partial sums of squares below row r, one per half
     float amax[MAX_WARPS];
+    float beta[QR2_BLOCK_QR_MAX];  // reflector r's beta, R's diagonal (scaled)
+    float rd[QR2_BLOCK_QR_MAX];    // 1 / dd: scales column r's tail into v
+    bool v_in_h[QR2_BLOCK_QR_MAX]; // the FP64 path wrote v to H
 };
 
 template <int MR>
 struct ThreadState {
     float x[MR];  // local row 4 j + q is row 8 j + 4 h + q of column c
-    float diag, scale;
-    bool tiny;  // v of this column was written to H by the FP64 path
 };
 
 // Row of the column held in local row i by half h.
@@ -65,41 +66,26 @@ __device__ __forceinline__ float2 tiny_reflector(float* col, int r, int m, float
     return make_float2((float)tau, (float)beta);
 }
 
-// The thread's copy of row r (local group J; 0 where its half does not hold row r), as a sum of selects: a
-// select chain is turned into an indexed load by the compiler, which would put the column in local memory.
-template <int MR, int J>
-__device__ __forceinline__ float get_row(const float (&x)[MR], int r, int h) {
-    float v = 0.f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v += 8 * J + 4 * h + k == r ? x[4 * J + k] : 0.f;
-    return v;
-}
-
-template <int MR, int J>
-__device__ __forceinline__ void add_to_row(float (&x)[MR], int r, int h, float delta) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) x[4 * J + k] += 8 * J + 4 * h + k == r ? delta : 0.f;
-}
-
 // Column r's reflector applied to the thread's rows, for r in super-group J (rows 8 J .. 8 J + 7): the
-// published column below row r (rows at and above r masked in local group J), u_r = dd, scaled by tau_u
-// (0 for columns left of r).
+// published column below row r, u_r = dd (rows above r are 0: in local group J, where the published column still
+// holds alpha and R, they are masked), scaled by tau_u (0 for columns left of r).
 template <int MR, int J>
 __device__ __forceinline__ void apply_reflector(float (&x)[MR], const float4* u, int r, int h, float dd,
                                                 float tau_u) {
+    const int t = r - (8 * J + 4 * h);  // row r is local row 4 J + t of this half when 0 <= t < 4
     float d[4] = {0.f, 0.f, 0.f, 0.f};
+    float wj[4];  // group J's u, masked once for the dot and the update
 #pragma unroll
-    for (int j = J; j < MR / 4; ++j) {
+    for (int j = MR / 4 - 1; j >= J; --j) {  // group J last: the other groups do not wait for dd
         const float4 q = u[2 * j + h];
         float w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            if (j == J) w[k] = 8 * J + 4 * h + k <= r ? 0.f : w[k];
+            if (j == J) w[k] = wj[k] = k < t ? 0.f : k == t ? dd : w[k];
             d[k] = fmaf(w[k], x[4 * j + k], d[k]);
         }
     }
-    const float dot_r = dd * get_row<MR, J>(x, r, h);  // 0 in the half without row r
-    float dot = (d[0] + d[1]) + (d[2] + d[3]) + dot_r;
+    float dot = (d[0] + d[1]) + (d[2] + d[3]);
     dot += __shfl_xor_sync(FULL, dot, 16);  // the column's other half
     const float s = tau_u * dot;
 #pragma unroll
@@ -108,23 +94,23 @@ __device__ __forceinline__ void apply_reflector(float (&x)[MR], const float4* u,
         float w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            if (j == J) w[k] = 8 * J + 4 * h + k <= r ? 0.f : w[k];
+            if (j == J) w[k] = wj[k];
             x[4 * j + k] = fmaf(-s, w[k], x[4 * j + k]);
         }
     }
-    add_to_row<MR, J>(x, r, h, -s * dd);
 }
 
 // The owner lanes of column `next` (in super-group J or J + 1) publish it: local groups from J on, and each
 // half's sum of squares below row `next`.
 template <int MR, int J>
 __device__ __forceinline__ void publish_column(const float (&x)[MR], BlockSmem<MR>& sm, int next, int h, bool owner) {
+    const int t = next - (8 * J + 4 * h);  // local row 4 j + k is below `next` when 8 (j - J) + k > t
     float ss[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int j = J; j < MR / 4; ++j) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            if (j <= J + 1) ss[k] = 8 * j + 4 * h + k > next ? fmaf(x[4 * j + k], x[4 * j + k], ss[k]) : ss[k];
+            if (j <= J + 1) ss[k] = 8 * (j - J) + k > t ? fmaf(x[4 * j + k], x[4 * j + k], ss[k]) : ss[k];
             else ss[k] = fmaf(x[4 * j + k], x[4 * j + k], ss[k]);
         }
     }
@@ -145,22 +131,24 @@ __device__ __forceinline__ void reflector_step(ThreadState<MR>& st, BlockSmem<MR
     __syncthreads();  // column r is published
     const float alpha = reinterpret_cast<const float*>(sm.col[b])[r];
     const float ss_o = sm.tail[b][0] + sm.tail[b][1];
-    const bool mine_r = ((r >> 2) & 1) == h;  // this half holds row r
-    float tau, tau_u, beta, dd;
+    float tau, tau_u, beta, dd, rd;
     if (ss_o >= 0x1p-100f) {
         const UnscaledReflector f = unscaled_reflector(alpha, ss_o);
-        beta = f.beta, dd = f.dd, tau = f.tau, tau_u = f.tau_u;
-        if (c == r) st.scale = f.rd;
+        beta = f.beta, dd = f.dd, tau = f.tau, tau_u = f.tau_u, rd = f.rd;
     } else {  // block-uniform: every thread read the same tail sums
         const float2 tb = tiny_reflector(reinterpret_cast<float*>(sm.col[b]), r, m, alpha, h_out + (int64_t)r * m,
                                          threadIdx.x == 0);
         tau = tau_u = tb.x;
         beta = tb.y;
         dd = 1.f;
-        if (c == r && tau != 0.f) st.tiny = true;  // a zero tail wrote nothing to H: its zeros are output as usual
+        rd = 1.f;  // a zero tail wrote nothing to H: its zeros are output as usual
     }
-    if (c == r && mine_r) st.diag = beta;
-    if (threadIdx.x == 0) tau_out[r] = tau;
+    if (threadIdx.x == 0) {  // read at the output, after the last barrier
+        tau_out[r] = tau;
+        sm.beta[r] = beta;
+        sm.rd[r] = rd;
+        sm.v_in_h[r] = ss_o < 0x1p-100f && tau != 0.f;
+    }
     if (16 * warp + 15 > r)  // warp-uniform: some column of this warp is right of r
         apply_reflector<MR, J>(st.x, sm.col[b], r, h, dd, c > r ? tau_u : 0.f);
     const int next = r + 1;
@@ -211,25 +199,25 @@ __global__ void __maxnreg__(MR > 64 ? 168 : 184) block_qr_kernel(qr2_whole_qr_ar
     const Pow2 down = pow2(-expo), up = pow2(expo);
 #pragma unroll
     for (int i = 0; i < MR; ++i) st.x[i] = times(st.x[i], down);
-    st.diag = 0.f;
-    st.scale = 1.f;
-    st.tiny = false;
 
     float* tau_out = a.tau + mat * K;
     float* h_out = a.h + mat * (int64_t)m * n;
     if (warp == 0) publish_column<MR, 0>(st.x, sm, 0, h, c == 0);
     all_steps<MR, 0>(st, sm, c, h, warp, m, K, tau_out, h_out);
 
-    // out: R above the diagonal and beta on it scaled back, v = column * scale below it (columns right of the
+    // out: R above the diagonal and beta on it scaled back, v = column * rd below it (columns right of the
     // last reflector, in wide matrices, are all R; a tiny column's v is in H already)
+    __syncthreads();  // the last reflector's beta and rd
     if (c >= n) return;
     float* hc = h_out + (int64_t)c * m;
-    const bool factored = c < K, whole = (m & 3) == 0 && !st.tiny;  // whole: float4 stores (16-byte aligned)
+    const bool factored = c < K;
+    const float diag = factored ? times(sm.beta[c], up) : 0.f, scale = factored ? sm.rd[c] : 1.f;
+    const bool tiny = factored && sm.v_in_h[c], whole = (m & 3) == 0 && !tiny;  // whole: float4 stores (16-byte aligned)
 #pragma unroll
     for (int i = 0; i < MR; ++i) {
         const int row = global_row(i, h);
-        st.x[i] = row < c || !factored ? times(st.x[i], up) : row == c ? times(st.diag, up) : st.x[i] * st.scale;
-        if (!whole && row < m && !(st.tiny && row > c)) hc[row] = st.x[i];
+        st.x[i] = row < c || !factored ? times(st.x[i], up) : row == c ? diag : st.x[i] * scale;
+        if (!whole && row < m && !(tiny && row > c)) hc[row] = st.x[i];
     }
     if (whole) {
 #pragma unroll

@@ -42,6 +42,21 @@ __device__ __forceinline__ void householder_scalars(T alpha, T ss, T& beta, T& t
     scal = T(1) / (alpha - beta);
 }
 
+// rsqrtf and 1 / x for arguments known to be normal (below: a matrix scaled to max |a| < 1 gives
+// 2^-100 <= alpha^2 + ss <= m and 2^-50 <= |dd| < 2 sqrt(m)): the bare MUFU approximations, without the subnormal
+// fix-ups of rsqrtf and __fdividef (same accuracy for normal arguments; Inf and NaN pass through alike).
+__device__ __forceinline__ float rsqrt_normal(float x) {
+    float y;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float rcp_normal(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // slarfg's scalars in FP32 for a reflector applied unscaled (u = x with u_p = dd = alpha - beta, tau_u = tau / dd^2,
 // so that tau_u (u . x) u is the update), from ss >= 2^-100 (no underflow in the squares): beta, dd, tau, tau_u, and
 // rd = 1 / dd, which scales the tail into v at the output.
@@ -52,10 +67,10 @@ struct UnscaledReflector {
 __device__ __forceinline__ UnscaledReflector unscaled_reflector(float alpha, float ss) {
     UnscaledReflector f;
     const float t = fmaf(alpha, alpha, ss);
-    const float rn = rsqrtf(t);
+    const float rn = rsqrt_normal(t);
     f.beta = alpha >= 0.f ? -t * rn : t * rn;
     f.dd = alpha - f.beta;  // |dd| = |alpha| + ||x||: no cancellation
-    f.rd = __fdividef(1.f, f.dd);
+    f.rd = rcp_normal(f.dd);
     f.tau = fabsf(f.dd) * rn;
     f.tau_u = rn * fabsf(f.rd);
     return f;
