@@ -10,8 +10,8 @@
 // left of a reflector skip its update; only the next owner's warp sums the next tail.
 //
 // As in warp_qr.cu the matrix is scaled by a power of two to max|a| in [0.5, 1) (exact), the reflector is
-// applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) with the owner's scaling deferred to the
-// output, and a column so small that its FP32 squares lose precision gets its scalars in FP64 (out of line;
+// applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) with its beta and 1 / (alpha - beta) kept in
+// shared memory for the output (R's diagonal, v's scale), and a column so small that its FP32 squares lose precision gets its scalars in FP64 (out of line;
 // its v goes straight to H). The local groups of a super-group of eight rows are unrolled at compile time, so
 // every row mask but the reflector's own group's is free.
 #include <float.h>
