@@ -11,9 +11,9 @@
 //
 // As in warp_qr.cu the matrix is scaled by a power of two to max|a| in [0.5, 1) (exact), the reflector is
 // applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) with its beta and 1 / (alpha - beta) kept in
-// shared memory for the output (R's diagonal, v's scale), and a column so small that its FP32 squares lose precision gets its scalars in FP64 (out of line;
-// its v goes straight to H). The local groups of a super-group of eight rows are unrolled at compile time, so
-// every row mask but the reflector's own group's is free.
+// shared memory for the output (R's diagonal, v's scale), and a column so small that its FP32 squares lose
+// precision gets its scalars in FP64 (out of line; its v goes straight to H). The local groups of a super-group of
+// eight rows are unrolled at compile time, so every row mask but the reflector's own group's is free.
 #include <float.h>
 
 #include "common.cuh"
@@ -212,7 +212,8 @@ __global__ void __maxnreg__(MR > 64 ? 168 : 184) block_qr_kernel(qr2_whole_qr_ar
     float* hc = h_out + (int64_t)c * m;
     const bool factored = c < K;
     const float diag = factored ? times(sm.beta[c], up) : 0.f, scale = factored ? sm.rd[c] : 1.f;
-    const bool tiny = factored && sm.v_in_h[c], whole = (m & 3) == 0 && !tiny;  // whole: float4 stores (16-byte aligned)
+    const bool tiny = factored && sm.v_in_h[c];
+    const bool whole = (m & 3) == 0 && !tiny;  // whole: float4 stores (16-byte aligned)
 #pragma unroll
     for (int i = 0; i < MR; ++i) {
         const int row = global_row(i, h);
