@@ -23,16 +23,16 @@ static const qr2_route routes[] = {
     {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, QR2_WARP_QR_MAX_N, 133, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96, or n <= 64 "
      "with m <= 64 (up to four matrices per block)"},
-    /* 40 <= n <= 176 at every batch (m <= 176; warp_columns_many keeps its shapes past 132 matrices). Measured
-     * (H200, time per call, same runs) against the rows below: batch 1-40, n 40 19.0 against 20.8 us
-     * (registers), n 48-128 1.03-1.15x faster than registers_cluster2 (40 x 128: 64.6 against 85.2 us), n 168-176
-     * 1.1x (131.8 against 149.6); batch 132 1.13-1.6x faster than registers; batch 640 1.1-1.5x faster than
-     * registers_many_small and blocked_nb32 (640 x 128: 335.7 against 467.9). Left: n 136-160 at batch <= 40
-     * is 3-6% slower than registers_cluster2 (the 88-row build spills at the 168 registers 11 warps allow) */
+    /* 40 <= n <= 176 at every batch (m <= 176; warp_columns_many keeps its shapes past 132 matrices). Placed by the
+     * eighth session's sweep (H200, time per call, same runs), when the kernel was 1.5x slower than now: batch 1-40
+     * n 48-128 1.03-1.15x faster than registers_cluster2, batch 132 1.13-1.6x faster than registers, batch 640
+     * 1.1-1.5x faster than registers_many_small and blocked_nb32. Tenth session (kernel alone, CUDA-graph replay):
+     * 40 x 176 80.0 us, 40 x 128 48.8, 640 x 176 415.5; batch 1, n 40-88, per call: 15.2-34.5 us against 20.7-47.8
+     * for registers_cluster2 */
     {"block_columns", QR2_ROUTE_BLOCK, 0, 40, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
-     "small matrices (m, n <= 176, n >= 40) factored whole by one thread block each, two lanes per column "
-     "(half its rows each): dots are the lanes' own FMAs and one shuffle, each reflector's column published "
-     "in shared memory, one block barrier per reflector"},
+     "small matrices (m, n <= 176, n >= 40) factored whole by one thread block each: warps holding two columns a "
+     "thread apply the reflectors, one more warp builds each from the next column over its 32 lanes, one block "
+     "barrier per reflector"},
     /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs (n 177-256, or m > 176). There, for
      * 48 <= n <= 160, it measured 1.1-1.5x faster than `registers`; at batch 100 and beyond one block is 1.3-1.8x
      * faster */

@@ -1,19 +1,31 @@
-// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix, lanes owning
-// columns: warp_qr.cu's structure spread over a block.
+// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix: bulk warps owning
+// columns apply the reflectors, one more warp builds them.
 //
-// Layout: warp w, lane l holds column c = 16 w + (l & 15) and half h = l >> 4 of its rows. The rows come in
-// groups of four dealt to the halves alternately (group 2 j + h is the thread's local group j, rows
-// 8 j + 4 h .. + 3), so that the two halves of a column mask the rows above a reflector alike. A column's dot
-// with a reflector is its two lanes' FMAs and one shuffle. A reflector's column is published by its two owner
-// lanes in shared memory (double-buffered, with their partial tail sums of squares) and every thread computes
-// slarfg's scalars from it: one block barrier per reflector, no other exchange. Warps whose columns are all
-// left of a reflector skip its update; only the next owner's warp sums the next tail.
+// Bulk layout: a bulk warp holds a block of 16 columns, two per thread (columns k and k + 8 of the block on lanes
+// with l & 7 = k), each column over the four quarters q = l >> 3 of the warp. Rows come in groups of four dealt to
+// the quarters in turn: group 4 j + q is the thread's local group j, rows 16 j + 4 q .. + 3. A thread reads each
+// float4 of the reflector once, into registers, for both columns' dots and updates; a dot is the thread's FMAs and
+// two shuffles. The blocks are dealt so that the bulk warps sharing the builder's scheduler get the first ones.
 //
-// As in warp_qr.cu the matrix is scaled by a power of two to max|a| in [0.5, 1) (exact), the reflector is
-// applied unscaled (u_r = alpha - beta, tau' = tau / (alpha - beta)^2) with its beta and 1 / (alpha - beta) kept in
-// shared memory for the output (R's diagonal, v's scale), and a column so small that its FP32 squares lose
-// precision gets its scalars in FP64 (out of line; its v goes straight to H). The local groups of a super-group of
-// eight rows are unrolled at compile time, so every row mask but the reflector's own group's is free.
+// The chain of a factorisation runs through one column per reflector: r + 1 must have reflector r applied before
+// reflector r + 1 can be built from it. That work sits on one extra warp, the builder, which holds that single column
+// across its 32 lanes (row i on lane i % 32), so its dot and norm are a few FMAs and one butterfly. Step r, between
+// two block barriers:
+//   builder: takes column r + 1 as published by its bulk owner (reflectors up to r - 1 applied), applies reflector
+//            r (in its registers), builds reflector r + 1 (slarfg's scalars, FP64 when the tail is tiny) and
+//            publishes it: u for all rows (0 above the diagonal, dd on it) into column r + 1 of a shared-memory tile,
+//            and its scalars.
+//   bulk:    applies reflector r (published in step r - 1) to the columns right of r; the owner lanes of column
+//            r + 2 then publish it for the builder's next step (buffers by step parity).
+// One barrier a step is the only synchronisation, and nothing else sits on the builder's chain: the bulk warps do
+// no masking (u is 0 above the diagonal) and no scalars (they read tau_u), and H's reflector columns go out at the
+// end, from the tile (global stores before a block barrier would hold the barrier until they complete).
+//
+// As in warp_qr.cu the matrix is scaled by a power of two to max|a| in [0.5, 1) (exact), the reflector is applied
+// unscaled (u_r = alpha - beta, tau_u = tau / (alpha - beta)^2) with its beta and 1 / (alpha - beta) kept for the
+// output (R's diagonal, v = u / (alpha - beta)), and a column so small that its FP32 squares lose precision gets its
+// scalars in FP64 (u is then v itself). The local groups of a super-group of sixteen rows are unrolled at compile
+// time, so the update skips the groups above the reflector for free.
 #include <float.h>
 
 #include "common.cuh"
@@ -21,172 +33,271 @@
 namespace {
 
 constexpr unsigned FULL = 0xffffffffu;
-constexpr int MAX_WARPS = (QR2_BLOCK_QR_MAX + 15) / 16;
+constexpr int MAX_WARPS = (QR2_BLOCK_QR_MAX + 15) / 16 + 1;
 
-// MR rows per thread: a column of 2 MR rows, MR / 2 groups of four.
-template <int MR>
-struct BlockSmem {
-    float4 col[2][MR / 2];  // the published column of reflector r in buffer r & 1
-    float tail[2][2];       // its owner lanes' partial sums of squares below row r, one per half
+// RQ rows per bulk thread: a column of 4 RQ rows over four threads; the builder's lanes hold BR = 4 RQ / 32 rows each
+// (rounded up).
+template <int RQ>
+__host__ __device__ constexpr int builder_rows() { return (4 * RQ + 31) / 32; }
+
+template <int RQ>
+struct __align__(16) BlockSmem {  // col is read and written as float4
+    static constexpr int ROWS = 32 * builder_rows<RQ>();
+    float col[2][ROWS];  // column c for the builder in buffer c & 1 (rows from its super-group on)
+    // reflector r's scalars: tau_u to apply it; beta (R's diagonal), rd (v = u rd) and tau for the output
+    float tau_u[QR2_BLOCK_QR_MAX], beta[QR2_BLOCK_QR_MAX], rd[QR2_BLOCK_QR_MAX], tau[QR2_BLOCK_QR_MAX];
     float amax[MAX_WARPS];
-    float beta[QR2_BLOCK_QR_MAX];  // reflector r's beta, R's diagonal (scaled)
-    float rd[QR2_BLOCK_QR_MAX];    // 1 / dd: scales column r's tail into v
-    bool v_in_h[QR2_BLOCK_QR_MAX]; // the FP64 path wrote v to H
 };
 
-template <int MR>
-struct ThreadState {
-    float x[MR];  // local row 4 j + q is row 8 j + 4 h + q of column c
+// The step barrier. The builder and the bulk warps reach it from different code: barrier.sync without .aligned
+// (__syncthreads is bar.sync, which PTX defines as .aligned: one code location for the whole block).
+__device__ __forceinline__ void step_barrier() { asm volatile("barrier.sync 0;" ::: "memory"); }
+
+// Row of the column held in local row i by quarter q.
+__device__ __forceinline__ int global_row(int i, int q) { return 16 * (i >> 2) + 4 * q + (i & 3); }
+
+// ---- the builder warp ----
+
+template <int BR>
+struct Builder {
+    float y[BR];   // the column being turned into the next reflector: row 32 i + lane
+    float uu[BR];  // the last reflector built, as published
+    float tau_u;
 };
 
-// Row of the column held in local row i by half h.
-__device__ __forceinline__ int global_row(int i, int h) { return 8 * (i >> 2) + 4 * h + (i & 3); }
+// Sum over the warp.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(FULL, x, off);
+    return x;
+}
 
-// The rare reflector whose tail's FP32 squares lose precision (below 2^-100 of a matrix scaled to max 1) or
-// vanish: its scalars in FP64 from the published column of m rows; v is scaled there in place and written to
-// column r of H by one thread (its scale may not fit FP32). Returns (tau, beta); a zero tail gives tau = 0 and
-// leaves the column as it is (LAPACK). Called by every thread (it synchronises the block); it works on shared
-// memory only, in loops, so it stays small inline (a call would spill the registers that hold the matrix).
-__device__ __forceinline__ float2 tiny_reflector(float* col, int r, int m, float alpha, float* h_col, bool writer) {
-    double ss = 0.0, beta, tau, scal;
+// Column c (published with reflectors up to c - 2 applied) gets reflector c - 1 (in b.uu, when c > 0) and becomes
+// reflector c, published as column c of the tile (u for every row: 0 above row c, dd on it) and its scalars. The
+// column is read without masks: u_{c-1} is 0 above row c - 1, rows past the matrix are 0, and rows the owner did not
+// publish hold finite values of earlier columns (or the zeros they were cleared to).
+template <int RQ, int BR>
+__device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& sm, float* tile, int c, int lane) {
+    const float* col = sm.col[c & 1];
+#pragma unroll
+    for (int i = 0; i < BR; ++i) b.y[i] = col[32 * i + lane];
+    // One butterfly for reflector c - 1's dot with the column and the updated tail's sum of squares: with y' = y - s u
+    // (s = tau_u (u . y)), |y'_tail|^2 = |y_tail|^2 - 2 s (u . y)_tail + s^2 |u_tail|^2, four sums at once. That
+    // difference cancels when y' is much shorter than y or s u; then the tail's squares are summed again from y'.
+    const float alpha0 = col[c];  // row c: broadcast loads
+    const float uc = c > 0 ? tile[(c - 1) * BlockSmem<RQ>::ROWS + c] : 0.f;
+    float sum[4] = {0.f, 0.f, 0.f, 0.f};  // u . y, then over the tail rows > c: y . y, u . y, u . u
+#pragma unroll
+    for (int i = 0; i < BR; ++i) {
+        const bool tail = 32 * i + lane > c;
+        sum[0] = fmaf(b.uu[i], b.y[i], sum[0]);
+        sum[1] = tail ? fmaf(b.y[i], b.y[i], sum[1]) : sum[1];
+        sum[2] = tail ? fmaf(b.uu[i], b.y[i], sum[2]) : sum[2];
+        sum[3] = tail ? fmaf(b.uu[i], b.uu[i], sum[3]) : sum[3];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sum[k] += __shfl_xor_sync(FULL, sum[k], off);
+    const float s = b.tau_u * sum[0];
+    const float alpha = fmaf(-s, uc, alpha0);  // as row c of y' below, bit for bit; -0 stays -0 (R's diagonal)
+    float ss = fmaf(s, fmaf(s, sum[3], -2.f * sum[2]), sum[1]);
+#pragma unroll
+    for (int i = 0; i < BR; ++i) b.y[i] = fmaf(-s, b.uu[i], b.y[i]);
+    if (!(ss >= 0.5f * fmaf(s * s, sum[3], sum[1]))) {  // warp-uniform (a butterfly's sums agree on every lane)
+        ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < BR; ++i) ss = 32 * i + lane > c ? fmaf(b.y[i], b.y[i], ss) : ss;
+        ss = warp_sum(ss);
+    }
+    float beta, tau, rd;
+    if (ss >= 0x1p-100f) {  // warp-uniform
+        const UnscaledReflector f = unscaled_reflector(alpha, ss);
+        beta = f.beta, tau = f.tau, rd = f.rd;
+        b.tau_u = f.tau_u;
+#pragma unroll
+        for (int i = 0; i < BR; ++i) {
+            const int row = 32 * i + lane;
+            b.uu[i] = row < c ? 0.f : row == c ? f.dd : b.y[i];
+        }
+    } else {
+        // FP64 path: the tail's squares from the FP32 column; v = tail / (alpha - beta) in FP64 (its scale may not
+        // fit FP32), applied as u = (1, v) with tau_u = tau. A zero tail: tau = 0, nothing changes (LAPACK), v = 0.
+        double ss64 = 0.0;
+#pragma unroll
+        for (int i = 0; i < BR; ++i) ss64 = 32 * i + lane > c ? fma((double)b.y[i], (double)b.y[i], ss64) : ss64;
+        ss64 = warp_sum(ss64);
+        double beta64 = alpha, tau64 = 0.0, scal = 0.0;
+        if (ss64 != 0.0) householder_scalars((double)alpha, ss64, beta64, tau64, scal);
+        beta = (float)beta64, tau = (float)tau64, rd = 1.f;  // u is v itself
+        b.tau_u = tau;
+#pragma unroll
+        for (int i = 0; i < BR; ++i) {
+            const int row = 32 * i + lane;
+            b.uu[i] = row < c ? 0.f : row == c ? 1.f : (float)((double)b.y[i] * scal);
+        }
+    }
+    float* u = tile + c * BlockSmem<RQ>::ROWS;
+#pragma unroll
+    for (int i = 0; i < BR; ++i) u[32 * i + lane] = b.uu[i];
+    if (lane == 0) sm.tau_u[c] = b.tau_u, sm.beta[c] = beta, sm.rd[c] = rd, sm.tau[c] = tau;
+}
+
+// ---- the bulk warps ----
+
+// Reflector r (r in super-group J, rows 16 J .. 16 J + 15) applied to the thread's two columns from local group J on
+// (u is 0 above row r). u is read once, into registers, for both columns' dots and updates. tau_u is 0 for columns at
+// or left of r.
+template <int RQ, int J>
+__device__ __forceinline__ void apply_reflector(float (&x0)[RQ], float (&x1)[RQ], const float4* u, int q, float tau0,
+                                                float tau1) {
+    float4 uq[RQ / 4];
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = J; j < RQ / 4; ++j) {
+        uq[j] = u[4 * j + q];
+        d0[0] = fmaf(uq[j].x, x0[4 * j], d0[0]);
+        d0[1] = fmaf(uq[j].y, x0[4 * j + 1], d0[1]);
+        d0[2] = fmaf(uq[j].z, x0[4 * j + 2], d0[2]);
+        d0[3] = fmaf(uq[j].w, x0[4 * j + 3], d0[3]);
+        d1[0] = fmaf(uq[j].x, x1[4 * j], d1[0]);
+        d1[1] = fmaf(uq[j].y, x1[4 * j + 1], d1[1]);
+        d1[2] = fmaf(uq[j].z, x1[4 * j + 2], d1[2]);
+        d1[3] = fmaf(uq[j].w, x1[4 * j + 3], d1[3]);
+    }
+    float dot0 = (d0[0] + d0[1]) + (d0[2] + d0[3]), dot1 = (d1[0] + d1[1]) + (d1[2] + d1[3]);
+    dot0 += __shfl_xor_sync(FULL, dot0, 8);  // the column's other three quarters
+    dot1 += __shfl_xor_sync(FULL, dot1, 8);
+    dot0 += __shfl_xor_sync(FULL, dot0, 16);
+    dot1 += __shfl_xor_sync(FULL, dot1, 16);
+    const float s0 = tau0 * dot0, s1 = tau1 * dot1;
+#pragma unroll
+    for (int j = J; j < RQ / 4; ++j) {
+        x0[4 * j] = fmaf(-s0, uq[j].x, x0[4 * j]);
+        x0[4 * j + 1] = fmaf(-s0, uq[j].y, x0[4 * j + 1]);
+        x0[4 * j + 2] = fmaf(-s0, uq[j].z, x0[4 * j + 2]);
+        x0[4 * j + 3] = fmaf(-s0, uq[j].w, x0[4 * j + 3]);
+        x1[4 * j] = fmaf(-s1, uq[j].x, x1[4 * j]);
+        x1[4 * j + 1] = fmaf(-s1, uq[j].y, x1[4 * j + 1]);
+        x1[4 * j + 2] = fmaf(-s1, uq[j].z, x1[4 * j + 2]);
+        x1[4 * j + 3] = fmaf(-s1, uq[j].w, x1[4 * j + 3]);
+    }
+}
+
+// The four owner lanes of column `next` store its rows from super-group J on for the builder.
+template <int RQ, int J>
+__device__ __forceinline__ void publish_column(const float (&x)[RQ], BlockSmem<RQ>& sm, int next, int q) {
+    float4* col = reinterpret_cast<float4*>(sm.col[next & 1]);
+#pragma unroll
+    for (int j = J; j < RQ / 4; ++j) col[4 * j + q] = make_float4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
+}
+
+// Column `next`, held by this lane as slot (next >> 3) & 1, to the builder (the slot picked by a branch: indexing the
+// register arrays at run time would put them in local memory).
+template <int RQ, int J>
+__device__ __forceinline__ void publish_slot(const float (&x0)[RQ], const float (&x1)[RQ], BlockSmem<RQ>& sm, int next,
+                                             int q) {
+    if (next & 8)
+        publish_column<RQ, J>(x1, sm, next, q);
+    else
+        publish_column<RQ, J>(x0, sm, next, q);
+}
+
+// Step r of a bulk warp (r in super-group J).
+template <int RQ, int J>
+__device__ __forceinline__ void bulk_step(float (&x0)[RQ], float (&x1)[RQ], BlockSmem<RQ>& sm, const float* tile, int r,
+                                          int c0, int q, int blk, int K) {
+    step_barrier();  // reflector r and its tau_u are published
+    if (16 * blk + 15 > r) {  // warp-uniform: some column of this warp is right of r
+        const float tau_u = sm.tau_u[r];
+        apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + r * BlockSmem<RQ>::ROWS), q,
+                               c0 > r ? tau_u : 0.f, c0 + 8 > r ? tau_u : 0.f);
+    }
+    const int next = r + 2;
+    if (next < K && blk == next >> 4 && (c0 & 7) == (next & 7)) publish_slot<RQ, J>(x0, x1, sm, next, q);
+}
+
+// Super-groups of sixteen rows, unrolled: the sixteen reflectors of one share its code.
+template <int RQ, int J>
+__device__ __forceinline__ void bulk_steps(float (&x0)[RQ], float (&x1)[RQ], BlockSmem<RQ>& sm, const float* tile,
+                                           int c0, int q, int blk, int K) {
+    if constexpr (J < RQ / 4) {
+        const int end = K < 16 * J + 16 ? K : 16 * J + 16;
 #pragma unroll 1
-    for (int i = r + 1; i < m; ++i) ss = fma((double)col[i], (double)col[i], ss);
-    if (ss == 0.0) return make_float2(0.f, alpha);  // block-uniform: every thread summed the same column
-    householder_scalars((double)alpha, ss, beta, tau, scal);
-    __syncthreads();  // every thread has read the column
-    if (writer) {
-#pragma unroll 1
-        for (int i = r + 1; i < m; ++i) {
-            const float v = (float)(col[i] * scal);
-            col[i] = v;
-            h_col[i] = v;
-        }
+        for (int r = 16 * J; r < end; ++r) bulk_step<RQ, J>(x0, x1, sm, tile, r, c0, q, blk, K);
+        if (end == 16 * J + 16) bulk_steps<RQ, J + 1>(x0, x1, sm, tile, c0, q, blk, K);
     }
-    __syncthreads();
-    return make_float2((float)tau, (float)beta);
 }
 
-// Column r's reflector applied to the thread's rows, for r in super-group J (rows 8 J .. 8 J + 7): the
-// published column below row r, u_r = dd (rows above r are 0: in local group J, where the published column still
-// holds alpha and R, they are masked), scaled by tau_u (0 for columns left of r).
-template <int MR, int J>
-__device__ __forceinline__ void apply_reflector(float (&x)[MR], const float4* u, int r, int h, float dd,
-                                                float tau_u) {
-    const int t = r - (8 * J + 4 * h);  // row r is local row 4 J + t of this half when 0 <= t < 4
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    float wj[4];  // group J's u, masked once for the dot and the update
+// Column c's rows held by this thread, out to H: R above the diagonal (scaled back), and for a factored column beta
+// on it and v = u rd below it, from the reflector as published (the very u the bulk warps applied: their own copy of
+// the column may round differently, which a nearly dependent column would turn into a v that does not match).
+template <int RQ>
+__device__ __forceinline__ void store_column(const float (&x)[RQ], const BlockSmem<RQ>& sm, const float* tile,
+                                             float* h_out, int c, int q, int m, int n, int K, Pow2 up) {
+    if (c >= n) return;
+    float* hc = h_out + (int64_t)c * m;
+    const bool factored = c < K;
+    const float rd = factored ? sm.rd[c] : 0.f, diag = factored ? times(sm.beta[c], up) : 0.f;
+    const float4* u = reinterpret_cast<const float4*>(tile + (factored ? c : 0) * BlockSmem<RQ>::ROWS);
 #pragma unroll
-    for (int j = MR / 4 - 1; j >= J; --j) {  // group J last: the other groups do not wait for dd
-        const float4 q = u[2 * j + h];
-        float w[4] = {q.x, q.y, q.z, q.w};
+    for (int j = 0; j < RQ / 4; ++j) {
+        const int row = global_row(4 * j, q);
+        if (row >= m) break;
+        float h[4];
+        if (factored && row + 3 >= c) {  // the group holds the diagonal or rows below it
+            const float4 uq = u[4 * j + q];
+            const float uk[4] = {uq.x, uq.y, uq.z, uq.w};
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            if (j == J) w[k] = wj[k] = k < t ? 0.f : k == t ? dd : w[k];
-            d[k] = fmaf(w[k], x[4 * j + k], d[k]);
+            for (int k = 0; k < 4; ++k)
+                h[k] = row + k < c ? times(x[4 * j + k], up) : row + k == c ? diag : uk[k] * rd;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) h[k] = times(x[4 * j + k], up);
         }
-    }
-    float dot = (d[0] + d[1]) + (d[2] + d[3]);
-    dot += __shfl_xor_sync(FULL, dot, 16);  // the column's other half
-    const float s = tau_u * dot;
+        if (row + 3 < m && (m & 3) == 0) {  // float4 stores, 16-byte aligned
+            *reinterpret_cast<float4*>(hc + row) = make_float4(h[0], h[1], h[2], h[3]);
+        } else {
 #pragma unroll
-    for (int j = J; j < MR / 4; ++j) {
-        const float4 q = u[2 * j + h];
-        float w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            if (j == J) w[k] = wj[k];
-            x[4 * j + k] = fmaf(-s, w[k], x[4 * j + k]);
+            for (int k = 0; k < 4; ++k)
+                if (row + k < m) hc[row + k] = h[k];
         }
     }
 }
 
-// The owner lanes of column `next` (in super-group J or J + 1) publish it: local groups from J on, and each
-// half's sum of squares below row `next`.
-template <int MR, int J>
-__device__ __forceinline__ void publish_column(const float (&x)[MR], BlockSmem<MR>& sm, int next, int h, bool owner) {
-    const int t = next - (8 * J + 4 * h);  // local row 4 j + k is below `next` when 8 (j - J) + k > t
-    float ss[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int j = J; j < MR / 4; ++j) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            if (j <= J + 1) ss[k] = 8 * (j - J) + k > t ? fmaf(x[4 * j + k], x[4 * j + k], ss[k]) : ss[k];
-            else ss[k] = fmaf(x[4 * j + k], x[4 * j + k], ss[k]);
-        }
-    }
-    if (owner) {
-        float4* col = sm.col[next & 1];
-#pragma unroll
-        for (int j = J; j < MR / 4; ++j) col[2 * j + h] = make_float4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
-        sm.tail[next & 1][h] = (ss[0] + ss[1]) + (ss[2] + ss[3]);
-    }
-}
-
-// Reflector r of super-group J. Every thread reads column r and its tail sums, computes the scalars, and
-// applies the reflector to its rows; then the owners of column r + 1 publish it.
-template <int MR, int J>
-__device__ __forceinline__ void reflector_step(ThreadState<MR>& st, BlockSmem<MR>& sm, int r, int c, int h, int warp,
-                                               int m, int K, float* tau_out, float* h_out) {
-    const int b = r & 1;
-    __syncthreads();  // column r is published
-    const float alpha = reinterpret_cast<const float*>(sm.col[b])[r];
-    const float ss_o = sm.tail[b][0] + sm.tail[b][1];
-    float tau, tau_u, beta, dd, rd;
-    if (ss_o >= 0x1p-100f) {
-        const UnscaledReflector f = unscaled_reflector(alpha, ss_o);
-        beta = f.beta, dd = f.dd, tau = f.tau, tau_u = f.tau_u, rd = f.rd;
-    } else {  // block-uniform: every thread read the same tail sums
-        const float2 tb = tiny_reflector(reinterpret_cast<float*>(sm.col[b]), r, m, alpha, h_out + (int64_t)r * m,
-                                         threadIdx.x == 0);
-        tau = tau_u = tb.x;
-        beta = tb.y;
-        dd = 1.f;
-        rd = 1.f;  // a zero tail wrote nothing to H: its zeros are output as usual
-    }
-    if (threadIdx.x == 0) {  // read at the output, after the last barrier
-        tau_out[r] = tau;
-        sm.beta[r] = beta;
-        sm.rd[r] = rd;
-        sm.v_in_h[r] = ss_o < 0x1p-100f && tau != 0.f;
-    }
-    if (16 * warp + 15 > r)  // warp-uniform: some column of this warp is right of r
-        apply_reflector<MR, J>(st.x, sm.col[b], r, h, dd, c > r ? tau_u : 0.f);
-    const int next = r + 1;
-    if (next < K && warp == next >> 4) publish_column<MR, J>(st.x, sm, next, h, c == next);
-}
-
-// Super-groups of eight rows, unrolled: the eight reflectors of one share its code.
-template <int MR, int J>
-__device__ __forceinline__ void all_steps(ThreadState<MR>& st, BlockSmem<MR>& sm, int c, int h, int warp, int m, int K,
-                                          float* tau_out, float* h_out) {
-    if constexpr (J < MR / 4) {
-        const int end = K < 8 * J + 8 ? K : 8 * J + 8;
-#pragma unroll 1
-        for (int r = 8 * J; r < end; ++r) reflector_step<MR, J>(st, sm, r, c, h, warp, m, K, tau_out, h_out);
-        if (end == 8 * J + 8) all_steps<MR, J + 1>(st, sm, c, h, warp, m, K, tau_out, h_out);
-    }
-}
-
-// A block's warps are counted in fours against the SM's 65,536 registers (one quarter of the register file per
-// warp scheduler): 9-11 warps (n > 128) count as 12, so at most 170 registers a thread (at 184 the launch failed).
-// The 64-row build compiles to 167 and also runs 9-11 warps (m <= 128 < n); the 88-row build spills at 168.
-template <int MR>
-__global__ void __maxnreg__(MR > 64 ? 168 : 184) block_qr_kernel(qr2_whole_qr_args a) {
-    __shared__ BlockSmem<MR> sm;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = lane >> 4, warps = blockDim.x >> 5;
-    const int c = 16 * warp + (lane & 15);
+// Launched with 9-12 warps (n > 128), a block's warps count as 12 against the SM's 65,536 registers (warps are
+// counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread.
+template <int RQ>
+__global__ void __maxnreg__(168) block_qr_kernel(qr2_whole_qr_args a) {
+    constexpr int BR = builder_rows<RQ>();
+    __shared__ BlockSmem<RQ> sm;
+    extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
+    float* tile = reinterpret_cast<float*>(tile4);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 3, warps = blockDim.x >> 5;
+    const int builder = warps - 1;  // the last warp; warps 0 .. builder - 1 hold the columns
+    // column blocks of 16 dealt so that the bulk warps sharing the builder's scheduler (warp % 4) get the first ones:
+    // they are done first, and then leave the builder's scheduler to it
+    const int sb = builder & 3, ns = builder > sb ? (builder - sb + 3) / 4 : 0;
+    const int blk = (warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0);
+    const int c0 = 16 * blk + (lane & 7), c1 = c0 + 8;
     const int64_t mat = blockIdx.x;
     const int m = a.m, n = a.n, K = m < n ? m : n;
+    float* tau_out = a.tau + mat * K;
+    float* h_out = a.h + mat * (int64_t)m * n;
 
     // in: straight into registers, every load in flight at once (any strides)
     const float* src = a.src + mat * a.src_bs;
-    ThreadState<MR> st;
+    float x0[RQ], x1[RQ];
     float amax = 0.f;
 #pragma unroll
-    for (int i = 0; i < MR; ++i) {
-        const int row = global_row(i, h);
-        st.x[i] = row < m && c < n ? src[(int64_t)row * a.src_rs + (int64_t)c * a.src_cs] : 0.f;
-        amax = fmaxf(amax, fabsf(st.x[i]));
+    for (int i = 0; i < RQ; ++i) {
+        const int row = global_row(i, q);
+        const float* s = src + (int64_t)row * a.src_rs;
+        const bool in = warp != builder && row < m;
+        x0[i] = in && c0 < n ? s[(int64_t)c0 * a.src_cs] : 0.f;
+        x1[i] = in && c1 < n ? s[(int64_t)c1 * a.src_cs] : 0.f;
+        amax = fmaxf(amax, fmaxf(fabsf(x0[i]), fabsf(x1[i])));
     }
     // power-of-two scaling from the matrix's max |a| (NaN and Inf inputs: no scaling)
 #pragma unroll
@@ -198,41 +309,52 @@ __global__ void __maxnreg__(MR > 64 ? 168 : 184) block_qr_kernel(qr2_whole_qr_ar
     if (amax > 0.f && amax <= FLT_MAX) frexpf(amax, &expo);
     const Pow2 down = pow2(-expo), up = pow2(expo);
 #pragma unroll
-    for (int i = 0; i < MR; ++i) st.x[i] = times(st.x[i], down);
-
-    float* tau_out = a.tau + mat * K;
-    float* h_out = a.h + mat * (int64_t)m * n;
-    if (warp == 0) publish_column<MR, 0>(st.x, sm, 0, h, c == 0);
-    all_steps<MR, 0>(st, sm, c, h, warp, m, K, tau_out, h_out);
-
-    // out: R above the diagonal and beta on it scaled back, v = column * rd below it (columns right of the
-    // last reflector, in wide matrices, are all R; a tiny column's v is in H already)
-    __syncthreads();  // the last reflector's beta and rd
-    if (c >= n) return;
-    float* hc = h_out + (int64_t)c * m;
-    const bool factored = c < K;
-    const float diag = factored ? times(sm.beta[c], up) : 0.f, scale = factored ? sm.rd[c] : 1.f;
-    const bool tiny = factored && sm.v_in_h[c];
-    const bool whole = (m & 3) == 0 && !tiny;  // whole: float4 stores (16-byte aligned)
-#pragma unroll
-    for (int i = 0; i < MR; ++i) {
-        const int row = global_row(i, h);
-        st.x[i] = row < c || !factored ? times(st.x[i], up) : row == c ? diag : st.x[i] * scale;
-        if (!whole && row < m && !(tiny && row > c)) hc[row] = st.x[i];
+    for (int i = 0; i < RQ; ++i) {
+        x0[i] = times(x0[i], down);
+        x1[i] = times(x1[i], down);
     }
-    if (whole) {
+
+    // columns 0 and 1 for the builder's first two reflectors; the rows of the column buffers past the matrix's
+    // column height, never published, cleared (the builder reads every row)
+    if (c0 < 2 && c0 < K && blk == 0 && warp != builder) publish_column<RQ, 0>(x0, sm, c0, q);
+    if ((int)threadIdx.x < BlockSmem<RQ>::ROWS - 4 * RQ)
+        sm.col[0][4 * RQ + threadIdx.x] = sm.col[1][4 * RQ + threadIdx.x] = 0.f;
+    __syncthreads();
+    if (warp == builder) {
+        // K + 1 barriers, as the bulk warps: reflector 0 here, then one reflector a step
+        Builder<BR> b;
+        b.tau_u = 0.f;
 #pragma unroll
-        for (int j = 0; j < MR / 4; ++j)
-            if (global_row(4 * j, h) < m)
-                *reinterpret_cast<float4*>(hc + global_row(4 * j, h)) =
-                    make_float4(st.x[4 * j], st.x[4 * j + 1], st.x[4 * j + 2], st.x[4 * j + 3]);
+        for (int i = 0; i < BR; ++i) b.uu[i] = 0.f;
+        build_reflector<RQ, BR>(b, sm, tile, 0, lane);
+#pragma unroll 1
+        for (int r = 0; r < K; ++r) {
+            step_barrier();
+            if (r + 1 < K) build_reflector<RQ, BR>(b, sm, tile, r + 1, lane);
+        }
+        return;
     }
+    bulk_steps<RQ, 0>(x0, x1, sm, tile, c0, q, blk, K);
+
+    // out: H column by column, tau from the first warp
+    store_column<RQ>(x0, sm, tile, h_out, c0, q, m, n, K, up);
+    store_column<RQ>(x1, sm, tile, h_out, c1, q, m, n, K, up);
+    if (warp == 0)
+        for (int i = lane; i < K; i += 32) tau_out[i] = sm.tau[i];
 }
 
-template <int MR>
+template <int RQ>
 int launch(const qr2_whole_qr_args* a, void* stream) {
-    const int warps = (a->n + 15) / 16;
-    block_qr_kernel<MR><<<(unsigned)a->batch, 32 * warps, 0, (cudaStream_t)stream>>>(*a);
+    const int warps = (a->n + 15) / 16 + 1;  // the column warps and the builder
+    const int64_t K = a->m < a->n ? a->m : a->n, bytes = K * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
+    // the tile's limit raised to what this instantiation's largest matrix needs, whatever this one needs: the static
+    // shared memory counts against the default 48 KB too, and one value for every call leaves no window in which
+    // another host thread's call lowers it
+    constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
+    if (most + (int64_t)sizeof(BlockSmem<RQ>) > 48 * 1024 &&
+        qr2_allow_smem(block_qr_kernel<RQ>, most, "block_qr: cudaFuncSetAttribute"))
+        return 1;
+    block_qr_kernel<RQ><<<(unsigned)a->batch, 32 * warps, (size_t)bytes, (cudaStream_t)stream>>>(*a);
     QR2_CHECK_LAUNCH("block_qr launch");
     return 0;
 }
@@ -248,7 +370,7 @@ extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, void* stream) {
     if (!qr2_block_qr_supported(a->m, a->n))
         return qr2_record_error("block_qr", "matrix too large for one block's registers");
     if (a->batch > 0x7fffffff) return qr2_record_error("block_qr", "more than 2^31 - 1 matrices");
-    if (a->m <= 64) return launch<32>(a, stream);
-    if (a->m <= 128) return launch<64>(a, stream);
-    return launch<88>(a, stream);
+    if (a->m <= 64) return launch<16>(a, stream);
+    if (a->m <= 128) return launch<32>(a, stream);
+    return launch<44>(a, stream);
 }
