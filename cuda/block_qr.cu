@@ -347,13 +347,10 @@ template <int RQ>
 int launch(const qr2_whole_qr_args* a, void* stream) {
     const int warps = (a->n + 15) / 16 + 1;  // the column warps and the builder
     const int64_t K = a->m < a->n ? a->m : a->n, bytes = K * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
-    // the tile's limit raised to what this instantiation's largest matrix needs, whatever this one needs: the static
-    // shared memory counts against the default 48 KB too, and one value for every call leaves no window in which
-    // another host thread's call lowers it
+    // the tile's limit raised to what this instantiation's largest matrix needs, whatever this one needs: one value
+    // for every call leaves no window in which another host thread's call lowers it
     constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
-    if (most + (int64_t)sizeof(BlockSmem<RQ>) > 48 * 1024 &&
-        qr2_allow_smem(block_qr_kernel<RQ>, most, "block_qr: cudaFuncSetAttribute"))
-        return 1;
+    if (qr2_allow_smem(block_qr_kernel<RQ>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>))) return 1;
     block_qr_kernel<RQ><<<(unsigned)a->batch, 32 * warps, (size_t)bytes, (cudaStream_t)stream>>>(*a);
     QR2_CHECK_LAUNCH("block_qr launch");
     return 0;

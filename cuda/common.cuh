@@ -135,10 +135,11 @@ __device__ inline void larft_doubling(const float (*G)[33], const float* taus, i
     }
 }
 
-// Raises the kernel's dynamic shared memory limit to what `bytes` needs (idempotent, cheap).
+// Raises the kernel's dynamic shared memory limit to `bytes` when the launch needs more than the default 48 KB, its
+// static shared memory (`static_bytes`) included (idempotent, cheap).
 template <typename Kernel>
-static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what) {
-    if (bytes <= 48 * 1024) return 0;
+static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what, int64_t static_bytes = 0) {
+    if (bytes + static_bytes <= 48 * 1024) return 0;
     QR2_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                    what);
     return 0;

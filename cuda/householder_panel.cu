@@ -134,11 +134,13 @@ __global__ void __launch_bounds__(MAX_THREADS) householder_panel_kernel(qr2_pane
 
 }  // namespace
 
+static constexpr int64_t STATIC_SMEM_BYTES = sizeof(double) * (MAX_THREADS / 32);  // the kernel's `red`
+
 static int64_t panel_smem_bytes(int64_t m, int64_t w) { return (m | 1) * w * (int64_t)sizeof(float); }
 
 // Static shared memory of the kernel (the reduction scratch) comes out of the same opt-in budget.
 extern "C" int qr2_panel_fits_on_chip(int64_t m, int64_t w, int smem_optin) {
-    return panel_smem_bytes(m, w) + (int64_t)sizeof(double) * (MAX_THREADS / 32) <= smem_optin;
+    return panel_smem_bytes(m, w) + STATIC_SMEM_BYTES <= smem_optin;
 }
 
 extern "C" int qr2_householder_panel(const qr2_panel_args* a, int device, void* stream) {
@@ -150,7 +152,8 @@ extern "C" int qr2_householder_panel(const qr2_panel_args* a, int device, void* 
     const int64_t bytes = panel_smem_bytes(a->m, a->w);
     const int64_t cells = (int64_t)a->m * a->w;
     const int threads = cells >= 8192 ? 512 : cells >= 2048 ? 256 : 128;
-    if (qr2_allow_smem(householder_panel_kernel, bytes, "cudaFuncSetAttribute(householder_panel)")) return 1;
+    if (qr2_allow_smem(householder_panel_kernel, bytes, "cudaFuncSetAttribute(householder_panel)", STATIC_SMEM_BYTES))
+        return 1;
     householder_panel_kernel<<<(unsigned)a->batch, threads, (size_t)bytes, (cudaStream_t)stream>>>(*a);
     QR2_CHECK_LAUNCH("householder_panel launch");
     return 0;

@@ -1,8 +1,5 @@
 """cuda/block_qr.cu: whole matrices up to 176 x 176 factored by one thread block each, a builder warp and column warps
 (route `block_columns`, forced here so that every case reaches the kernel)."""
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -42,17 +39,10 @@ def test_shapes(shape):
     check(torch.randn(3, *shape, device="cuda"))
 
 
-def test_first_call_needing_just_over_48_kb_of_shared_memory():
-    # 96 x 96 and 150 x 60: the reflector tile plus the static shared memory just over the default 48 KB. The kernel's
-    # limit persists in a process, so each shape is the first call of a fresh one.
-    for m, n in [(96, 96), (150, 60)]:
-        code = ("import torch, qr2_op\n"
-                f"qr2_op._force_route('{ROUTE}')\n"
-                f"H, tau = torch.ops.qr2.geqrf(torch.randn(2, {m}, {n}, device='cuda'))\n"
-                "torch.cuda.synchronize()\n"
-                "assert torch.isfinite(H).all() and torch.isfinite(tau).all()\n")
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0, run.stderr[-2000:]
+@pytest.mark.parametrize("shape", [(2, 96, 96), (2, 150, 60)], ids=lambda s: f"{s[1]}x{s[2]}")
+def test_first_call_needing_just_over_48_kb_of_shared_memory(shape):
+    # the reflector tile plus the static shared memory just over the default 48 KB
+    whole_matrix.first_call_of_a_process(ROUTE, shape)
 
 
 def test_larger_shapes_go_elsewhere():

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import qr2_op
+import whole_matrix
 from conftest import ROOT, requires_cuda
 from reference import check_implementation
 
@@ -92,3 +93,10 @@ def test_every_route_on_shapes_it_can_run(route, shape):
         qr2_op._force_route(None)
     ok, msg = check_implementation(A, (H, tau))
     assert ok, f"{route} {shape}: {msg}"
+
+
+@requires_cuda
+def test_on_chip_first_call_needing_just_over_48_kb_of_shared_memory():
+    # 1533 x 8: the panel in shared memory plus householder_panel's static reduction scratch just over the default
+    # 48 KB (a launch that failed before the scratch counted)
+    whole_matrix.first_call_of_a_process("on_chip", (1, 1533, 8))

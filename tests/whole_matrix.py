@@ -1,9 +1,12 @@
 """Checks shared by the tests that force one route (test_register_qr.py, test_warp_qr.py, test_blocked.py): each test file
 forces its route and calls these with shapes its kernel holds."""
 import math
+import subprocess
+import sys
 
 import torch
 
+from conftest import ROOT
 from reference import check_implementation
 
 
@@ -14,6 +17,19 @@ def factor(A):
 def check(A, out=None):
     ok, msg = check_implementation(A, factor(A) if out is None else out)
     assert ok, msg
+
+
+def first_call_of_a_process(route, shape):
+    """Factors and checks `shape` with `route` forced as the first call of a fresh process: what a kernel's first
+    launch sets up (its shared-memory limit) persists in a process, so earlier calls could hide a launch that fails."""
+    code = ("import torch, qr2_op\n"
+            "from reference import check_implementation\n"
+            f"qr2_op._force_route({route!r})\n"
+            f"A = torch.randn(*{tuple(shape)!r}, device='cuda')\n"
+            "ok, msg = check_implementation(A, torch.ops.qr2.geqrf(A))\n"
+            "assert ok, msg\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def lapack_conventions_match_torch(n, device="cuda"):
