@@ -17,19 +17,26 @@ static const qr2_route routes[] = {
     {"warp_columns", QR2_ROUTE_WARP, 32, 0, 32, 0, 0, 0, 0, 1,
      "small matrices (m, n <= 32) factored whole by one warp each, a lane per column: dots are a lane's own "
      "FMAs, each reflector's column published through shared memory, one __syncwarp per reflector"},
-    /* Past one wave of one block per matrix (132 SMs) the warp kernel also wins for the taller and wider
-     * shapes it holds, several matrices per block: 640 x 64 x 64 40.8 against 95.6 us, 640 x 48 x 48 28.0
-     * against 57.8, 2000 x 96 x 32 65.4 against 112.0, 2000 x 64 x 64 133.8 against 277.5 */
-    {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, QR2_WARP_QR_MAX_N, 133, 0, 0, 0, 1,
-     "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96, or n <= 64 "
-     "with m <= 64 (up to four matrices per block)"},
-    /* 40 <= n <= 176 at every batch (m <= 176; warp_columns_many keeps its shapes past 132 matrices). Placed by the
+    /* Past one wave of one block per matrix (132 SMs) the warp kernel also wins for the taller shapes it holds,
+     * several matrices per block: 2000 x 96 x 32 65.4 against 112.0 us for `registers` */
+    {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, 32, 133, 0, 0, 0, 1,
+     "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96 (up to four "
+     "matrices per block)"},
+    /* 33 <= n <= 64 (m <= 64) only past about one wave of `block_columns`: per call (H200, twelfth session,
+     * squares, both forced in one run), block_columns / warp_columns = 0.54-0.95 at batches 133-480 for every n
+     * 33-64, 0.73-0.87 at 560-640 for n <= 48 but 1.08-1.28 for n >= 49, 1.11-1.39 at 800-1000 for every n.
+     * Batch 640, 40 x 64: 36.1 against 46.5 us; 48 x 64: 39.3 against 52.7 */
+    {"warp_columns_many_wide", QR2_ROUTE_WARP, 0, 33, QR2_WARP_QR_MAX_N, 529, 0, 0, 0, 1,
+     "the `warp_columns` kernel for batches of more than 528 matrices of 33 <= n <= 64 with m <= 64 (two "
+     "lanes per column, several matrices per block)"},
+    /* 33 <= n <= 176 at every batch (m <= 176; warp_columns_many_wide keeps its shapes past 528 matrices). n 33-39
+     * (twelfth session, per call, batch 1-132): 12.9-14.8 us against 17.6-20.9 for `registers`. Placed by the
      * eighth session's sweep (H200, time per call, same runs), when the kernel was 1.5x slower than now: batch 1-40
      * n 48-128 1.03-1.15x faster than registers_cluster2, batch 132 1.13-1.6x faster than registers, batch 640
      * 1.1-1.5x faster than registers_many_small and blocked_nb32. Tenth session (kernel alone, CUDA-graph replay):
      * 40 x 176 80.0 us, 40 x 128 48.8, 640 x 176 415.5; batch 1, n 40-88, per call: 15.2-34.5 us against 20.7-47.8
      * for registers_cluster2 */
-    {"block_columns", QR2_ROUTE_BLOCK, 0, 40, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
+    {"block_columns", QR2_ROUTE_BLOCK, 0, 33, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
      "small matrices (m, n <= 176, n >= 40) factored whole by one thread block each: warps holding two columns a "
      "thread apply the reflectors, one more warp builds each from the next column over its 32 lanes, one block "
      "barrier per reflector"},
