@@ -29,14 +29,17 @@ static const qr2_route routes[] = {
     {"warp_columns_many_wide", QR2_ROUTE_WARP, 0, 33, QR2_WARP_QR_MAX_N, 529, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 528 matrices of 33 <= n <= 64 with m <= 64 (two "
      "lanes per column, several matrices per block)"},
-    /* 33 <= n <= 176 at every batch (m <= 176; warp_columns_many_wide keeps its shapes past 528 matrices). n 33-39
-     * (twelfth session, per call, batch 1-132): 12.9-14.8 us against 17.6-20.9 for `registers`. Placed by the
+    /* 17 <= n <= 176 at every batch (m <= 176; the warp routes keep their shapes). Twelfth session, per call, routes
+     * forced in one run: n 33-39 at batch 1-132 12.9-14.8 us against 17.6-20.9 for `registers`; n 17-32 with
+     * m > 32: 40 x 176 x 32 28.6 against 37.7, 500 x 176 x 32 37.7 against 80.8 (`registers_many_small`),
+     * 1000 x 97 x 32 56.9 against 109.6, 1000 x 176 x 17 46.5 against 69.1; at n <= 16 `registers` is as fast or
+     * faster (132 x 176 x 4 17.3 against 20.3). Placed by the
      * eighth session's sweep (H200, time per call, same runs), when the kernel was 1.5x slower than now: batch 1-40
      * n 48-128 1.03-1.15x faster than registers_cluster2, batch 132 1.13-1.6x faster than registers, batch 640
      * 1.1-1.5x faster than registers_many_small and blocked_nb32. Tenth session (kernel alone, CUDA-graph replay):
      * 40 x 176 80.0 us, 40 x 128 48.8, 640 x 176 415.5; batch 1, n 40-88, per call: 15.2-34.5 us against 20.7-47.8
      * for registers_cluster2 */
-    {"block_columns", QR2_ROUTE_BLOCK, 0, 33, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
+    {"block_columns", QR2_ROUTE_BLOCK, 0, 17, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
      "small matrices (m, n <= 176, n >= 40) factored whole by one thread block each: warps holding two columns a "
      "thread apply the reflectors, one more warp builds each from the next column over its 32 lanes, one block "
      "barrier per reflector"},
