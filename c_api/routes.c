@@ -22,13 +22,17 @@ static const qr2_route routes[] = {
     {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, 32, 133, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96 (up to four "
      "matrices per block)"},
-    /* 33 <= n <= 64 (m <= 64) only past about one wave of `block_columns`: per call (H200, twelfth session,
-     * squares, both forced in one run), block_columns / warp_columns = 0.54-0.95 at batches 133-480 for every n
-     * 33-64, 0.73-0.87 at 560-640 for n <= 48 but 1.08-1.28 for n >= 49, 1.11-1.39 at 800-1000 for every n.
-     * Batch 640, 40 x 64: 36.1 against 46.5 us; 48 x 64: 39.3 against 52.7 */
-    {"warp_columns_many_wide", QR2_ROUTE_WARP, 0, 33, QR2_WARP_QR_MAX_N, 529, 0, 0, 0, 1,
-     "the `warp_columns` kernel for batches of more than 528 matrices of 33 <= n <= 64 with m <= 64 (two "
-     "lanes per column, several matrices per block)"},
+    /* 33 <= n <= 64 (m <= 64) only past one wave of `block_columns` (one block per matrix: six blocks per SM for
+     * n <= 48, four for n >= 49, on 132 SMs). Per call (H200, twelfth session, squares, both forced in one run),
+     * block_columns / warp_columns = 0.54-0.95 at batches 133-480 for every n 33-64; 0.73-0.87 at 560-640 for
+     * n <= 48, 1.08-1.28 for n >= 49; 1.11-1.39 at 800-1000 for every n. Batch 640: 64 x 40 32.1 against 43.1 us,
+     * 40 x 64 46.5 against 36.1 */
+    {"warp_columns_many_n48", QR2_ROUTE_WARP, 0, 33, 48, 793, 0, 0, 0, 1,
+     "the `warp_columns` kernel for batches of more than 792 matrices of 33 <= n <= 48 with m <= 64 (two lanes "
+     "per column, several matrices per block)"},
+    {"warp_columns_many_n64", QR2_ROUTE_WARP, 0, 49, QR2_WARP_QR_MAX_N, 529, 0, 0, 0, 1,
+     "the `warp_columns` kernel for batches of more than 528 matrices of 49 <= n <= 64 with m <= 64 (two lanes "
+     "per column, several matrices per block)"},
     /* 17 <= n <= 176 at every batch (m <= 176; the warp routes keep their shapes). Twelfth session, per call, routes
      * forced in one run: n 33-39 at batch 1-132 12.9-14.8 us against 17.6-20.9 for `registers`; n 17-32 with
      * m > 32: 40 x 176 x 32 28.6 against 37.7, 500 x 176 x 32 37.7 against 80.8 (`registers_many_small`),

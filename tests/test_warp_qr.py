@@ -1,6 +1,6 @@
 """cuda/warp_qr.cu: whole small matrices (n <= 32 with m <= 96, n <= 64 with m <= 64) factored by one warp,
-a lane per column (routes `warp_columns`, `warp_columns_many` and `warp_columns_many_wide`; `warp_columns` is forced
-here so that every case reaches the kernel)."""
+a lane per column (routes `warp_columns`, `warp_columns_many`, `warp_columns_many_n48` and `warp_columns_many_n64`;
+`warp_columns` is forced here so that every case reaches the kernel)."""
 import pytest
 import torch
 
@@ -34,11 +34,14 @@ def test_the_table_sends_small_and_many_matrices_here():
     for m, n in [(96, 32), (64, 1), (33, 32)]:  # the rest it holds of n <= 32: past 132 matrices
         assert holds(m, n) and qr2_op.route_for(m, n, 133) == "warp_columns_many", (m, n)
         assert qr2_op.route_for(m, n, 132) not in (ROUTE, "warp_columns_many"), (m, n)
-    for m, n in [(64, 64), (1, 64), (50, 40), (33, 33)]:  # 33 <= n <= 64: past 528 (block_columns' first wave)
-        assert holds(m, n) and qr2_op.route_for(m, n, 529) == "warp_columns_many_wide", (m, n)
-        assert qr2_op.route_for(m, n, 528) == "block_columns", (m, n)
+    # 33 <= n <= 64: past block_columns' first wave (792 matrices for n <= 48, 528 for n >= 49)
+    for m, n, first in [(64, 64, 529), (1, 64, 529), (64, 49, 529), (50, 40, 793), (33, 33, 793), (1, 48, 793)]:
+        route = "warp_columns_many_n48" if n <= 48 else "warp_columns_many_n64"
+        assert holds(m, n) and qr2_op.route_for(m, n, first) == route, (m, n)
+        assert qr2_op.route_for(m, n, first - 1) == "block_columns", (m, n)
+    warp_routes = (ROUTE, "warp_columns_many", "warp_columns_many_n48", "warp_columns_many_n64")
     for m, n in [(65, 64), (97, 32), (96, 33), (256, 1), (96, 96)]:  # too large
-        assert qr2_op.route_for(m, n, 1000) not in (ROUTE, "warp_columns_many", "warp_columns_many_wide"), (m, n)
+        assert qr2_op.route_for(m, n, 1000) not in warp_routes, (m, n)
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
