@@ -22,8 +22,8 @@ static const qr2_route routes[] = {
     {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, 32, 133, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96 (up to four "
      "matrices per block)"},
-    /* 33 <= n <= 64 (m <= 64) only past one wave of `block_columns` (one block per matrix: six blocks per SM for
-     * n <= 48, four for n >= 49, on 132 SMs). Per call (H200, twelfth session, squares, both forced in one run),
+    /* 33 <= n <= 64 (m <= 64) only past one wave of `block_columns` (one block per matrix; the crossovers fit six
+     * blocks per SM for n <= 48 and four for n >= 49, on 132 SMs). Per call (H200, twelfth session, squares, both forced in one run),
      * block_columns / warp_columns = 0.54-0.95 at batches 133-480 for every n 33-64; 0.73-0.87 at 560-640 for
      * n <= 48, 1.08-1.28 for n >= 49; 1.11-1.39 at 800-1000 for every n. Batch 640: 64 x 40 32.1 against 43.1 us,
      * 40 x 64 46.5 against 36.1 */
@@ -44,7 +44,7 @@ static const qr2_route routes[] = {
      * 40 x 176 80.0 us, 40 x 128 48.8, 640 x 176 415.5; batch 1, n 40-88, per call: 15.2-34.5 us against 20.7-47.8
      * for registers_cluster2 */
     {"block_columns", QR2_ROUTE_BLOCK, 0, 17, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
-     "small matrices (m, n <= 176, n >= 40) factored whole by one thread block each: warps holding two columns a "
+     "small matrices (m, n <= 176, n >= 17) factored whole by one thread block each: warps holding two columns a "
      "thread apply the reflectors, one more warp builds each from the next column over its 32 lanes, one block "
      "barrier per reflector"},
     /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs (n 177-256, or m > 176). There, for
