@@ -23,10 +23,10 @@ static const qr2_route routes[] = {
      "the `warp_columns` kernel for batches of more than 132 matrices of n <= 32 with m <= 96 (up to four "
      "matrices per block)"},
     /* 33 <= n <= 64 (m <= 64) only past one wave of `block_columns` (one block per matrix; the crossovers fit six
-     * blocks per SM for n <= 48 and four for n >= 49, on 132 SMs). Per call (H200, twelfth session, squares, both forced in one run),
-     * block_columns / warp_columns = 0.54-0.95 at batches 133-480 for every n 33-64; 0.73-0.87 at 560-640 for
-     * n <= 48, 1.08-1.28 for n >= 49; 1.11-1.39 at 800-1000 for every n. Batch 640: 64 x 40 32.1 against 43.1 us,
-     * 40 x 64 46.5 against 36.1 */
+     * blocks per SM for n <= 48 and four for n >= 49, on 132 SMs). Per call (H200, twelfth session, squares, both
+     * forced in one run), block_columns / warp_columns = 0.54-0.95 at batches 133-480 for every n 33-64; 0.73-0.87
+     * at 560-640 for n <= 48, 1.08-1.28 for n >= 49; 1.11-1.39 at 800-1000 for every n. Batch 640: 64 x 40 32.1
+     * against 43.1 us, 40 x 64 46.5 against 36.1 */
     {"warp_columns_many_n48", QR2_ROUTE_WARP, 0, 33, 48, 793, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 792 matrices of 33 <= n <= 48 with m <= 64 (two lanes "
      "per column, several matrices per block)"},
