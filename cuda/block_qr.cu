@@ -26,9 +26,12 @@
 // output (R's diagonal, v = u / (alpha - beta)), and a column so small that its FP32 squares lose precision gets its
 // scalars in FP64 (u is then v itself). The local groups of a super-group of sixteen rows are unrolled at compile
 // time, so the update skips the groups above the reflector for free.
+#include <cooperative_groups.h>
 #include <float.h>
 
 #include "common.cuh"
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -49,9 +52,12 @@ struct __align__(16) BlockSmem {  // col is read and written as float4
     float amax[MAX_WARPS];
 };
 
-// The step barrier. The builder and the bulk warps reach it from different code: barrier.sync without .aligned
-// (__syncthreads is bar.sync, which PTX defines as .aligned: one code location for the whole block).
-__device__ __forceinline__ void step_barrier() { asm volatile("barrier.sync 0;" ::: "memory"); }
+// The step barrier of the `threads` threads that take part in the steps. The builder and the bulk warps reach it from
+// different code: barrier.sync without .aligned (__syncthreads is bar.sync, which PTX defines as .aligned: one code
+// location for the whole block).
+__device__ __forceinline__ void step_barrier(int threads) {
+    asm volatile("barrier.sync 1, %0;" ::"r"(threads) : "memory");
+}
 
 // Row of the column held in local row i by quarter q.
 __device__ __forceinline__ int global_row(int i, int q) { return 16 * (i >> 2) + 4 * q + (i & 3); }
@@ -207,8 +213,8 @@ __device__ __forceinline__ void publish_slot(const float (&x0)[RQ], const float 
 // Step r of a bulk warp (r in super-group J).
 template <int RQ, int J>
 __device__ __forceinline__ void bulk_step(float (&x0)[RQ], float (&x1)[RQ], BlockSmem<RQ>& sm, const float* tile, int r,
-                                          int c0, int q, int blk, int K) {
-    step_barrier();  // reflector r and its tau_u are published
+                                          int c0, int q, int blk, int K, int threads) {
+    step_barrier(threads);  // reflector r and its tau_u are published
     if (16 * blk + 15 > r) {  // warp-uniform: some column of this warp is right of r
         const float tau_u = sm.tau_u[r];
         apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + r * BlockSmem<RQ>::ROWS), q,
@@ -218,17 +224,51 @@ __device__ __forceinline__ void bulk_step(float (&x0)[RQ], float (&x1)[RQ], Bloc
     if (next < K && blk == next >> 4 && (c0 & 7) == (next & 7)) publish_slot<RQ, J>(x0, x1, sm, next, q);
 }
 
-// Super-groups of sixteen rows, unrolled: the sixteen reflectors of one share its code.
+// In a cluster, block 1's step r of the first phase: reflector r, built in block 0, once its bytes have landed here.
+// Every column of block 1 is right of it.
 template <int RQ, int J>
+__device__ __forceinline__ void remote_step(float (&x0)[RQ], float (&x1)[RQ], const BlockSmem<RQ>& sm, const float* tile,
+                                            uint64_t* bars, int r, int q) {
+    bar_wait(&bars[r]);
+    const float tau_u = sm.tau_u[r];
+    apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + r * BlockSmem<RQ>::ROWS), q, tau_u, tau_u);
+}
+
+// Steps r0 .. K - 1: bulk_step, or (REMOTE) remote_step in block 1's first phase; by super-groups of sixteen rows,
+// unrolled: the sixteen reflectors of one share its code.
+template <int RQ, int J, bool REMOTE>
 __device__ __forceinline__ void bulk_steps(float (&x0)[RQ], float (&x1)[RQ], BlockSmem<RQ>& sm, const float* tile,
-                                           int c0, int q, int blk, int K) {
+                                           uint64_t* bars, int c0, int q, int blk, int r0, int K, int threads) {
     if constexpr (J < RQ / 4) {
         const int end = K < 16 * J + 16 ? K : 16 * J + 16;
 #pragma unroll 1
-        for (int r = 16 * J; r < end; ++r) bulk_step<RQ, J>(x0, x1, sm, tile, r, c0, q, blk, K);
-        if (end == 16 * J + 16) bulk_steps<RQ, J + 1>(x0, x1, sm, tile, c0, q, blk, K);
+        for (int r = r0 > 16 * J ? r0 : 16 * J; r < end; ++r) {
+            if constexpr (REMOTE)
+                remote_step<RQ, J>(x0, x1, sm, tile, bars, r, q);
+            else
+                bulk_step<RQ, J>(x0, x1, sm, tile, r, c0, q, blk, K, threads);
+        }
+        if (end == 16 * J + 16) bulk_steps<RQ, J + 1, REMOTE>(x0, x1, sm, tile, bars, c0, q, blk, r0, K, threads);
     }
 }
+
+// In a cluster, block 0's courier warp: reflector r (from its super-group's first row on) and its tau_u into block
+// 1's shared memory, by st.async stores that complete block 1's mbarrier for r by their bytes.
+template <int RQ>
+__device__ __forceinline__ void send_reflector(const BlockSmem<RQ>& sm, const float* tile, unsigned remote_tile,
+                                               unsigned remote_tau_u, unsigned remote_bars, int r, int lane) {
+    constexpr int ROWS = BlockSmem<RQ>::ROWS;
+    const int g0 = 4 * (r >> 4), n4 = ROWS / 4 - g0;
+    const unsigned bar = remote_bars + 8 * r;
+    const float4* u = reinterpret_cast<const float4*>(tile + r * ROWS) + g0;
+    const unsigned dst = remote_tile + 4 * (r * ROWS + 4 * g0);
+    for (int i = lane; i < n4; i += 32) store_remote4(dst + 16 * i, u[i], bar);
+    if (lane == 0) store_remote(remote_tau_u + 4 * r, sm.tau_u[r], bar);
+}
+
+// The bytes send_reflector delivers for reflector r.
+template <int RQ>
+__device__ __forceinline__ unsigned sent_bytes(int r) { return 4 * (BlockSmem<RQ>::ROWS - 16 * (r >> 4)) + 4; }
 
 // Column c's rows held by this thread, out to H: R above the diagonal (scaled back), and for a factored column beta
 // on it and v = u rd below it, from the reflector as published (the very u the bulk warps applied: their own copy of
@@ -266,23 +306,53 @@ __device__ __forceinline__ void store_column(const float (&x)[RQ], const BlockSm
     }
 }
 
+// The warps of a block (or of one block of a cluster) that hold columns: column blocks [lo, hi) of sixteen.
+struct Columns {
+    int lo, hi;
+};
+
+// Column blocks held by block `rank` of a cluster of CL, split at column `split` (a multiple of 16).
+__host__ __device__ inline Columns columns_of(int n, int CL, int rank, int split) {
+    const int nb = (n + 15) / 16;
+    if (CL == 1) return {0, nb};
+    return rank == 0 ? Columns{0, split / 16} : Columns{split / 16, nb};
+}
+
+// Warps a block takes: its bulk warps, the builder and, in block 0 of a cluster, the courier.
+__host__ __device__ inline int role_warps(Columns c, int CL, int rank) { return c.hi - c.lo + 1 + (CL == 2 && rank == 0); }
+
 // Launched with 9-12 warps (n > 128), a block's warps count as 12 against the SM's 65,536 registers (warps are
-// counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread.
-template <int RQ>
-__global__ void __maxnreg__(168) block_qr_kernel(qr2_whole_qr_args a) {
-    constexpr int BR = builder_rows<RQ>();
+// counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread. A block
+// of a cluster has at most 8 warps.
+//
+// Cluster of two (CL = 2), for one matrix on two SMs: block 0 holds the columns left of `split`, block 1 the rest.
+// Phase one: block 0 factors its columns as a lone block would, and its courier warp forwards each reflector to block
+// 1, whose bulk warps apply them as they land (no barrier between its warps). Phase two: block 1 factors what is left
+// (rows and columns from `split` on) as a lone block would. Each phase's step applies a reflector to at most half of
+// the columns, so the bulk warps' share of a step, which sets the early steps of a lone block, halves.
+template <int RQ, int CL>
+__global__ void __maxnreg__(CL == 2 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a, int split) {
+    constexpr int BR = builder_rows<RQ>(), ROWS = BlockSmem<RQ>::ROWS;
     __shared__ BlockSmem<RQ> sm;
+    __shared__ uint64_t bars[CL == 2 ? QR2_BLOCK_QR_MAX : 1];  // block 1: reflector r from block 0 has landed
+    __shared__ float peer_amax;
     extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
     float* tile = reinterpret_cast<float*>(tile4);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 3, warps = blockDim.x >> 5;
-    const int builder = warps - 1;  // the last warp; warps 0 .. builder - 1 hold the columns
+    const int rank = CL == 2 ? (int)cg::this_cluster().block_rank() : 0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 3;
+    const int m = a.m, n = a.n, K = m < n ? m : n;
+    const Columns cols = columns_of(n, CL, rank, split);
+    const int nbl = cols.hi - cols.lo, roles = role_warps(cols, CL, rank), threads = 32 * roles;
+    const int builder = nbl, courier = CL == 2 && rank == 0 ? nbl + 1 : -1;
+    // reflectors built here: [r_lo, r_hi)
+    const int r_lo = CL == 2 && rank == 1 ? split : 0;
+    const int r_hi = CL == 2 && rank == 0 ? (K < split ? K : split) : K;
     // column blocks of 16 dealt so that the bulk warps sharing the builder's scheduler (warp % 4) get the first ones:
     // they are done first, and then leave the builder's scheduler to it
     const int sb = builder & 3, ns = builder > sb ? (builder - sb + 3) / 4 : 0;
-    const int blk = (warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0);
+    const int blk = cols.lo + ((warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0));
     const int c0 = 16 * blk + (lane & 7), c1 = c0 + 8;
-    const int64_t mat = blockIdx.x;
-    const int m = a.m, n = a.n, K = m < n ? m : n;
+    const int64_t mat = blockIdx.x / CL;
     float* tau_out = a.tau + mat * K;
     float* h_out = a.h + mat * (int64_t)m * n;
 
@@ -294,17 +364,28 @@ __global__ void __maxnreg__(168) block_qr_kernel(qr2_whole_qr_args a) {
     for (int i = 0; i < RQ; ++i) {
         const int row = global_row(i, q);
         const float* s = src + (int64_t)row * a.src_rs;
-        const bool in = warp != builder && row < m;
+        const bool in = warp < nbl && row < m;
         x0[i] = in && c0 < n ? s[(int64_t)c0 * a.src_cs] : 0.f;
         x1[i] = in && c1 < n ? s[(int64_t)c1 * a.src_cs] : 0.f;
         amax = fmaxf(amax, fmaxf(fabsf(x0[i]), fabsf(x1[i])));
     }
+    const int k_remote = CL == 2 && rank == 1 ? (K < split ? K : split) : 0;  // block 1: reflectors from block 0
+    for (int r = threadIdx.x; r < k_remote; r += blockDim.x) bar_init(&bars[r], 1);
+    if (CL == 2) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // power-of-two scaling from the matrix's max |a| (NaN and Inf inputs: no scaling)
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
     if (lane == 0) sm.amax[warp] = amax;
     __syncthreads();
-    for (int w = 0; w < warps; ++w) amax = fmaxf(amax, sm.amax[w]);
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) amax = fmaxf(amax, sm.amax[w]);
+    if constexpr (CL == 2) {
+        // armed after the __syncthreads above, which orders every mbarrier's init before it
+        for (int r = threadIdx.x; r < k_remote; r += blockDim.x) bar_expect_bytes(&bars[r], sent_bytes<RQ>(r));
+        if (threadIdx.x == 0) *cg::this_cluster().map_shared_rank(&peer_amax, rank ^ 1) = amax;
+        cg::this_cluster().sync();  // also: block 1's mbarriers are armed before block 0 sends
+        amax = fmaxf(amax, peer_amax);
+    }
+    if (warp >= roles) return;  // a cluster's blocks launch with the larger one's warps
     int expo = 0;
     if (amax > 0.f && amax <= FLT_MAX) frexpf(amax, &expo);
     const Pow2 down = pow2(-expo), up = pow2(expo);
@@ -313,34 +394,50 @@ __global__ void __maxnreg__(168) block_qr_kernel(qr2_whole_qr_args a) {
         x0[i] = times(x0[i], down);
         x1[i] = times(x1[i], down);
     }
+    // the rows of the column buffers past the matrix's column height, never published, cleared (the builder reads
+    // every row)
+    if ((int)threadIdx.x < ROWS - 4 * RQ) sm.col[0][4 * RQ + threadIdx.x] = sm.col[1][4 * RQ + threadIdx.x] = 0.f;
 
-    // columns 0 and 1 for the builder's first two reflectors; the rows of the column buffers past the matrix's
-    // column height, never published, cleared (the builder reads every row)
-    if (c0 < 2 && c0 < K && blk == 0 && warp != builder) publish_column<RQ, 0>(x0, sm, c0, q);
-    if ((int)threadIdx.x < BlockSmem<RQ>::ROWS - 4 * RQ)
-        sm.col[0][4 * RQ + threadIdx.x] = sm.col[1][4 * RQ + threadIdx.x] = 0.f;
-    __syncthreads();
-    if (warp == builder) {
-        // K + 1 barriers, as the bulk warps: reflector 0 here, then one reflector a step
-        Builder<BR> b;
-        b.tau_u = 0.f;
+    if constexpr (CL == 2)
+        if (k_remote > 0 && warp < nbl) bulk_steps<RQ, 0, true>(x0, x1, sm, tile, bars, c0, q, blk, 0, k_remote, threads);
+    if (r_hi > r_lo) {
+        // columns r_lo and r_lo + 1 for the builder's first two reflectors (block 1: with block 0's applied)
+        if (c0 - r_lo < 2 && c0 >= r_lo && c0 < K && warp < nbl) publish_column<RQ, 0>(x0, sm, c0, q);
+        step_barrier(threads);
+        if (warp == builder) {
+            // r_hi - r_lo + 1 barriers, as the bulk warps: the one above, then one a reflector
+            Builder<BR> b;
+            b.tau_u = 0.f;
 #pragma unroll
-        for (int i = 0; i < BR; ++i) b.uu[i] = 0.f;
-        build_reflector<RQ, BR>(b, sm, tile, 0, lane);
+            for (int i = 0; i < BR; ++i) b.uu[i] = 0.f;
+            build_reflector<RQ, BR>(b, sm, tile, r_lo, lane);
 #pragma unroll 1
-        for (int r = 0; r < K; ++r) {
-            step_barrier();
-            if (r + 1 < K) build_reflector<RQ, BR>(b, sm, tile, r + 1, lane);
+            for (int r = r_lo; r < r_hi; ++r) {
+                step_barrier(threads);
+                if (r + 1 < r_hi) build_reflector<RQ, BR>(b, sm, tile, r + 1, lane);
+            }
+            return;
         }
-        return;
+        if (warp == courier) {
+            if constexpr (CL == 2) {
+                const unsigned rt = remote_addr(tile, 1), ru = remote_addr(sm.tau_u, 1), rb = remote_addr(bars, 1);
+#pragma unroll 1
+                for (int r = r_lo; r < r_hi; ++r) {
+                    step_barrier(threads);
+                    send_reflector<RQ>(sm, tile, rt, ru, rb, r, lane);
+                }
+            }
+            return;
+        }
+        bulk_steps<RQ, 0, false>(x0, x1, sm, tile, bars, c0, q, blk, r_lo, r_hi, threads);
     }
-    bulk_steps<RQ, 0>(x0, x1, sm, tile, c0, q, blk, K);
+    if (warp >= nbl) return;  // block 1's builder when it has nothing to build
 
-    // out: H column by column, tau from the first warp
+    // out: H column by column, the block's share of tau from its first warp
     store_column<RQ>(x0, sm, tile, h_out, c0, q, m, n, K, up);
     store_column<RQ>(x1, sm, tile, h_out, c1, q, m, n, K, up);
     if (warp == 0)
-        for (int i = lane; i < K; i += 32) tau_out[i] = sm.tau[i];
+        for (int i = r_lo + lane; i < r_hi; i += 32) tau_out[i] = sm.tau[i];
 }
 
 template <int RQ>
@@ -350,9 +447,35 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     // the tile's limit raised to what this instantiation's largest matrix needs, whatever this one needs: one value
     // for every call leaves no window in which another host thread's call lowers it
     constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
-    if (qr2_allow_smem(block_qr_kernel<RQ>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>))) return 1;
-    block_qr_kernel<RQ><<<(unsigned)a->batch, 32 * warps, (size_t)bytes, (cudaStream_t)stream>>>(*a);
+    if (qr2_allow_smem(block_qr_kernel<RQ, 1>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>)))
+        return 1;
+    block_qr_kernel<RQ, 1><<<(unsigned)a->batch, 32 * warps, (size_t)bytes, (cudaStream_t)stream>>>(*a, 0);
     QR2_CHECK_LAUNCH("block_qr launch");
+    return 0;
+}
+
+template <int RQ>
+int launch_cluster(const qr2_whole_qr_args* a, int split, void* stream) {
+    const Columns c0 = columns_of(a->n, 2, 0, split), c1 = columns_of(a->n, 2, 1, split);
+    const int w0 = role_warps(c0, 2, 0), w1 = role_warps(c1, 2, 1), warps = w0 > w1 ? w0 : w1;
+    const int64_t K = a->m < a->n ? a->m : a->n, bytes = K * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
+    constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
+    if (qr2_allow_smem(block_qr_kernel<RQ, 2>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>)))
+        return 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(2 * a->batch));
+    cfg.blockDim = dim3((unsigned)(32 * warps));
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, 2>, *a, split), "block_qr cluster launch");
+    QR2_CHECK_LAUNCH("block_qr cluster launch");
     return 0;
 }
 
@@ -370,4 +493,19 @@ extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, void* stream) {
     if (a->m <= 64) return launch<16>(a, stream);
     if (a->m <= 128) return launch<32>(a, stream);
     return launch<44>(a, stream);
+}
+
+// The column split of block_qr's cluster of two for an n-column matrix: the first half of its blocks of sixteen
+// columns, rounded down.
+extern "C" int qr2_block_qr_cluster_split(int64_t n) { return n > 16 ? (int)(16 * (((n + 15) / 16) / 2)) : 0; }
+
+extern "C" int qr2_block_qr_cluster(const qr2_whole_qr_args* a, int split, void* stream) {
+    if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
+    if (!qr2_block_qr_supported(a->m, a->n))
+        return qr2_record_error("block_qr", "matrix too large for one block's registers");
+    if (split <= 0) split = qr2_block_qr_cluster_split(a->n);
+    if (split <= 0 || split % 16 || split >= a->n) return qr2_record_error("block_qr", "no cluster split for this n");
+    if (a->batch > 0x3fffffff) return qr2_record_error("block_qr", "more than 2^30 - 1 matrices");
+    if (a->m <= 128) return launch_cluster<32>(a, split, stream);
+    return launch_cluster<44>(a, split, stream);
 }

@@ -113,6 +113,10 @@ int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 #define QR2_BLOCK_QR_MAX 176
 int qr2_block_qr_supported(int64_t m, int64_t n);
 int qr2_block_qr(const qr2_whole_qr_args* args, void* stream);
+/* The same on a cluster of two blocks per matrix (two SMs): block 0 factors the columns left of `split` (a multiple
+ * of 16; 0 picks qr2_block_qr_cluster_split(n)) and forwards each reflector, block 1 the rest. */
+int qr2_block_qr_cluster_split(int64_t n);
+int qr2_block_qr_cluster(const qr2_whole_qr_args* args, int split, void* stream);
 
 /* m, n <= 256 held in registers (columns dealt cyclically to the warps, rows across lanes) with every
  * reflector kept in shared memory: one thread block per matrix, or a cluster of `cluster` = 2 blocks that

@@ -59,6 +59,15 @@ static void residuals(int m, int n, const float* A, const float* H, const float*
     *orth = std::sqrt(oerr) / (eps * m);
 }
 
+// The kernel under test: with -DBQ_CLUSTER the cluster of two (split from $BQ_SPLIT when below n) where n > 16.
+static int run(const qr2_whole_qr_args* a, cudaStream_t stream) {
+#ifdef BQ_CLUSTER
+    static const int split = getenv("BQ_SPLIT") ? atoi(getenv("BQ_SPLIT")) : 0;
+    if (a->n > 16) return qr2_block_qr_cluster(a, split < a->n ? split : 0, stream);
+#endif
+    return qr2_block_qr(a, stream);
+}
+
 int main(int argc, char** argv) {
     const int only = argc > 1 ? atoi(argv[1]) : 1 << 30;  // the first `only` shapes (a profiler run)
     int done = 0;
@@ -85,14 +94,14 @@ int main(int argc, char** argv) {
         a.h = dH, a.tau = dtau;
         cudaStream_t stream;
         cudaStreamCreate(&stream);
-        if (qr2_block_qr(&a, stream) || cudaStreamSynchronize(stream) != cudaSuccess) {
+        if (run(&a, stream) || cudaStreamSynchronize(stream) != cudaSuccess) {
             printf("%s %dx%dx%d: %s\n", TAG, batch, m, n, cudaGetErrorString(cudaGetLastError()));
             return 1;
         }
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
-        for (int i = 0; i < 20; ++i) qr2_block_qr(&a, stream);
+        for (int i = 0; i < 20; ++i) run(&a, stream);
         cudaStreamEndCapture(stream, &graph);
         cudaGraphInstantiate(&exec, graph, 0);
         cudaEvent_t start, stop;
