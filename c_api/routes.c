@@ -43,6 +43,12 @@ static const qr2_route routes[] = {
      * 1.1-1.5x faster than registers_many_small and blocked_nb32. Tenth session (kernel alone, CUDA-graph replay):
      * 40 x 176 80.0 us, 40 x 128 48.8, 640 x 176 415.5; batch 1, n 40-88, per call: 15.2-34.5 us against 20.7-47.8
      * for registers_cluster2 */
+    /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs. Kernel alone (thirteenth session, CUDA-graph
+     * replay) against one block per matrix: 40 x 176 68.6 against 80.9 us, 40 x 160 64.1 against 75.9, 40 x 128 44.7
+     * against 49.1; 40 x 64 24.6 against 21.5; 132 x 160 (two waves) 126.5 against 76.2 */
+    {"block_columns_cluster2", QR2_ROUTE_BLOCK, 0, 97, QR2_BLOCK_QR_MAX, 0, 66, 0, 0, 2,
+     "the `block_columns` kernel on a 2-block cluster per matrix: block 0 factors the left half of the columns and "
+     "forwards each reflector by st.async into block 1, which applies them as they land and then factors the rest"},
     {"block_columns", QR2_ROUTE_BLOCK, 0, 17, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
      "small matrices (m, n <= 176, n >= 17) factored whole by one thread block each: warps holding two columns a "
      "thread apply the reflectors, one more warp builds each from the next column over its 32 lanes, one block "
@@ -93,7 +99,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Whether the route's kernels can hold the shape at all (the table's limits aside). */
 static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
     if (r->kind == QR2_ROUTE_WARP) return qr2_warp_qr_supported(m, n);
-    if (r->kind == QR2_ROUTE_BLOCK) return qr2_block_qr_supported(m, n);
+    if (r->kind == QR2_ROUTE_BLOCK)
+        return qr2_block_qr_supported(m, n) && (r->cluster == 1 || qr2_block_qr_cluster_split(n) > 0);
     if (r->kind == QR2_ROUTE_REGISTERS) return qr2_register_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;
@@ -145,9 +152,9 @@ static int run_registers(const qr2_route* r, const qr2_problem* p) {
     return qr2_register_qr(&a, r->cluster, p->device, p->stream);
 }
 
-static int run_block(const qr2_problem* p) {
+static int run_block(const qr2_route* r, const qr2_problem* p) {
     const qr2_whole_qr_args a = whole_args(p);
-    return qr2_block_qr(&a, p->stream);
+    return r->cluster == 2 ? qr2_block_qr_cluster(&a, 0, p->stream) : qr2_block_qr(&a, p->stream);
 }
 
 static int run_warp(const qr2_problem* p) {
@@ -276,7 +283,7 @@ int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work) {
     if (p->batch == 0 || p->m == 0 || p->n == 0) return 0;
     switch (route->kind) {
         case QR2_ROUTE_WARP: return run_warp(p);
-        case QR2_ROUTE_BLOCK: return run_block(p);
+        case QR2_ROUTE_BLOCK: return run_block(route, p);
         case QR2_ROUTE_REGISTERS: return run_registers(route, p);
         case QR2_ROUTE_ON_CHIP: return run_on_chip(p);
         case QR2_ROUTE_BLOCKED: return run_blocked(route, p, work);

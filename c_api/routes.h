@@ -28,7 +28,7 @@ typedef struct qr2_route {
     int64_t max_batch; /* ... and of at most max_batch (0: any) */
     int nb;          /* blocked: outer panel width (<= QR2_WY_MAX_W) */
     int leaf_nb;     /* blocked: widest panel one kernel factors (<= 32) */
-    int cluster;     /* registers: thread blocks per matrix */
+    int cluster;     /* registers, block: thread blocks per matrix */
     const char* why; /* one line for people: what the route is for */
 } qr2_route;
 

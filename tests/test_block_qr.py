@@ -1,5 +1,6 @@
 """cuda/block_qr.cu: whole matrices up to 176 x 176 factored by one thread block each, a builder warp and column warps
-(route `block_columns`, forced here so that every case reaches the kernel)."""
+(route `block_columns`), or by a cluster of two (`block_columns_cluster2`); each forced here in turn so that every case
+reaches the kernel."""
 import pytest
 import torch
 
@@ -11,13 +12,13 @@ from whole_matrix import check
 
 pytestmark = requires_cuda
 
-ROUTE = "block_columns"
+ROUTES = ["block_columns", "block_columns_cluster2"]
 
 
-@pytest.fixture(autouse=True)
-def forced():
-    qr2_op._force_route(ROUTE)
-    yield
+@pytest.fixture(autouse=True, params=ROUTES)
+def route(request):
+    qr2_op._force_route(request.param)
+    yield request.param
     qr2_op._force_route(None)
 
 
@@ -40,14 +41,14 @@ def test_shapes(shape):
 
 
 @pytest.mark.parametrize("shape", [(2, 96, 96), (2, 150, 60)], ids=lambda s: f"{s[1]}x{s[2]}")
-def test_first_call_needing_just_over_48_kb_of_shared_memory(shape):
+def test_first_call_needing_just_over_48_kb_of_shared_memory(shape, route):
     # the reflector tile plus the static shared memory just over the default 48 KB
-    whole_matrix.first_call_of_a_process(ROUTE, shape)
+    whole_matrix.first_call_of_a_process(route, shape)
 
 
-def test_larger_shapes_go_elsewhere():
+def test_larger_shapes_go_elsewhere(route):
     for m, n in [(177, 176), (176, 177), (256, 256)]:
-        qr2_op._force_route(ROUTE)  # a forced route that cannot hold the shape falls back to the table
+        qr2_op._force_route(route)  # a forced route that cannot hold the shape falls back to the table
         check(torch.randn(2, m, n, device="cuda"))
 
 
