@@ -43,10 +43,14 @@ static const qr2_route routes[] = {
      * 1.1-1.5x faster than registers_many_small and blocked_nb32. Tenth session (kernel alone, CUDA-graph replay):
      * 40 x 176 80.0 us, 40 x 128 48.8, 640 x 176 415.5; batch 1, n 40-88, per call: 15.2-34.5 us against 20.7-47.8
      * for registers_cluster2 */
-    /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs. Kernel alone (thirteenth session, CUDA-graph
-     * replay) against one block per matrix: 40 x 176 68.6 against 80.9 us, 40 x 160 64.1 against 75.9, 40 x 128 44.7
-     * against 49.1; 40 x 64 24.6 against 21.5; 132 x 160 (two waves) 126.5 against 76.2 */
-    {"block_columns_cluster2", QR2_ROUTE_BLOCK, 0, 97, QR2_BLOCK_QR_MAX, 0, 66, 0, 0, 2,
+    /* n >= 72, batch <= 66: one wave of 2-block clusters on the H200's 132 SMs. Per call against one block per
+     * matrix (thirteenth session, both forced in one run, batches 1-66): n 176 69.5-71.1 against 82.5-83.3 us, n 128
+     * 46.2-46.6 against 50.7-51.1, n 96 35.6-36.3 against 37.6-38.1, n 72 28.1-29.2 against 29.4-29.6, n 64
+     * 26.1-26.9 against 23.2-23.4; 40 x 100 x 176 56.8 against 63.5 (quick_times). Kernel alone: 132 x 160 (two
+     * waves) 126.5 against 76.2 */
+    {"block_columns_cluster3", QR2_ROUTE_BLOCK, 0, 120, QR2_BLOCK_QR_MAX, 0, 44, 0, 0, 3,
+     "the `block_columns` kernel on a 3-block cluster per matrix (batch <= 44: one wave on 132 SMs)"},
+    {"block_columns_cluster2", QR2_ROUTE_BLOCK, 0, 72, QR2_BLOCK_QR_MAX, 0, 66, 0, 0, 2,
      "the `block_columns` kernel on a 2-block cluster per matrix: block 0 factors the left half of the columns and "
      "forwards each reflector by st.async into block 1, which applies them as they land and then factors the rest"},
     {"block_columns", QR2_ROUTE_BLOCK, 0, 17, QR2_BLOCK_QR_MAX, 0, 0, 0, 0, 1,
@@ -100,7 +104,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
     if (r->kind == QR2_ROUTE_WARP) return qr2_warp_qr_supported(m, n);
     if (r->kind == QR2_ROUTE_BLOCK)
-        return qr2_block_qr_supported(m, n) && (r->cluster == 1 || qr2_block_qr_cluster_split(n) > 0);
+        return qr2_block_qr_cluster_supported(m, n, r->cluster);
     if (r->kind == QR2_ROUTE_REGISTERS) return qr2_register_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;
@@ -154,7 +158,7 @@ static int run_registers(const qr2_route* r, const qr2_problem* p) {
 
 static int run_block(const qr2_route* r, const qr2_problem* p) {
     const qr2_whole_qr_args a = whole_args(p);
-    return r->cluster == 2 ? qr2_block_qr_cluster(&a, 0, p->stream) : qr2_block_qr(&a, p->stream);
+    return qr2_block_qr(&a, r->cluster, p->stream);
 }
 
 static int run_warp(const qr2_problem* p) {

@@ -306,57 +306,57 @@ __device__ __forceinline__ void store_column(const float (&x)[RQ], const BlockSm
     }
 }
 
-// The warps of a block (or of one block of a cluster) that hold columns: column blocks [lo, hi) of sixteen.
-struct Columns {
-    int lo, hi;
-};
-
-// Column blocks held by block `rank` of a cluster of CL, split at column `split` (a multiple of 16).
-__host__ __device__ inline Columns columns_of(int n, int CL, int rank, int split) {
+// Block `rank` of a cluster of CL blocks per matrix holds columns [first_column(rank), first_column(rank + 1)): the
+// column blocks of sixteen dealt in order, as evenly as they go (a lone block: CL = 1, all of them).
+__host__ __device__ inline int first_column(int n, int CL, int rank) {
     const int nb = (n + 15) / 16;
-    if (CL == 1) return {0, nb};
-    return rank == 0 ? Columns{0, split / 16} : Columns{split / 16, nb};
+    return 16 * (rank * nb / CL);
 }
 
-// Warps a block takes: its bulk warps, the builder and, in block 0 of a cluster, the courier.
-__host__ __device__ inline int role_warps(Columns c, int CL, int rank) { return c.hi - c.lo + 1 + (CL == 2 && rank == 0); }
+// Warps a block takes: its bulk warps, the builder and, in every block of a cluster but the last, the courier.
+__host__ __device__ inline int role_warps(int n, int CL, int rank) {
+    return (first_column(n, CL, rank + 1) - first_column(n, CL, rank)) / 16 + 1 + (rank < CL - 1);
+}
 
 // Launched with 9-12 warps (n > 128), a block's warps count as 12 against the SM's 65,536 registers (warps are
 // counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread. A block
 // of a cluster has at most 8 warps.
 //
-// Cluster of two (CL = 2), for one matrix on two SMs: block 0 holds the columns left of `split`, block 1 the rest.
-// Phase one: block 0 factors its columns as a lone block would, and its courier warp forwards each reflector to block
-// 1, whose bulk warps apply them as they land (no barrier between its warps). Phase two: block 1 factors what is left
-// (rows and columns from `split` on) as a lone block would. Each phase's step applies a reflector to at most half of
-// the columns, so the bulk warps' share of a step, which sets the early steps of a lone block, halves.
+// Cluster of CL = 2 or 3 blocks, for one matrix on CL SMs: block k holds the k-th range of columns. It first applies
+// the reflectors of the blocks before it as they land (no barrier between its warps), then factors its own columns
+// (rows from its first column on) as a lone block would, while its courier warp forwards each reflector to the
+// blocks after it. A step then applies its reflector to a CL-th of the columns at most, so the bulk warps' share of
+// a step, which sets the early steps of a lone block, shrinks by CL.
 template <int RQ, int CL>
-__global__ void __maxnreg__(CL == 2 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a, int split) {
+__global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a) {
     constexpr int BR = builder_rows<RQ>(), ROWS = BlockSmem<RQ>::ROWS;
     __shared__ BlockSmem<RQ> sm;
-    __shared__ uint64_t bars[CL == 2 ? QR2_BLOCK_QR_MAX : 1];  // block 1: reflector r from block 0 has landed
-    __shared__ float peer_amax;
+    __shared__ uint64_t bars[CL > 1 ? QR2_BLOCK_QR_MAX : 1];  // reflector r from an earlier block has landed
+    __shared__ float peer_amax[CL];
     extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
     float* tile = reinterpret_cast<float*>(tile4);
-    const int rank = CL == 2 ? (int)cg::this_cluster().block_rank() : 0;
+    // programmatic dependent launch: the next kernel on the stream may start its prologue now; this one reads
+    // global memory only once the previous kernel has completed
+    asm volatile("griddepcontrol.launch_dependents;");
+    const int rank = CL > 1 ? (int)cg::this_cluster().block_rank() : 0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 3;
     const int m = a.m, n = a.n, K = m < n ? m : n;
-    const Columns cols = columns_of(n, CL, rank, split);
-    const int nbl = cols.hi - cols.lo, roles = role_warps(cols, CL, rank), threads = 32 * roles;
-    const int builder = nbl, courier = CL == 2 && rank == 0 ? nbl + 1 : -1;
-    // reflectors built here: [r_lo, r_hi)
-    const int r_lo = CL == 2 && rank == 1 ? split : 0;
-    const int r_hi = CL == 2 && rank == 0 ? (K < split ? K : split) : K;
+    const int col_lo = first_column(n, CL, rank), col_hi = first_column(n, CL, rank + 1);
+    const int nbl = (col_hi - col_lo) / 16, roles = role_warps(n, CL, rank), threads = 32 * roles;
+    const int builder = nbl, courier = rank < CL - 1 ? nbl + 1 : -1;
+    // reflectors from the blocks before: [0, r_lo); built here: [r_lo, r_hi)
+    const int r_lo = K < col_lo ? K : col_lo, r_hi = K < col_hi ? K : col_hi;
     // column blocks of 16 dealt so that the bulk warps sharing the builder's scheduler (warp % 4) get the first ones:
     // they are done first, and then leave the builder's scheduler to it
     const int sb = builder & 3, ns = builder > sb ? (builder - sb + 3) / 4 : 0;
-    const int blk = cols.lo + ((warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0));
+    const int blk = col_lo / 16 + ((warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0));
     const int c0 = 16 * blk + (lane & 7), c1 = c0 + 8;
     const int64_t mat = blockIdx.x / CL;
     float* tau_out = a.tau + mat * K;
     float* h_out = a.h + mat * (int64_t)m * n;
 
     // in: straight into registers, every load in flight at once (any strides)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const float* src = a.src + mat * a.src_bs;
     float x0[RQ], x1[RQ];
     float amax = 0.f;
@@ -369,21 +369,20 @@ __global__ void __maxnreg__(CL == 2 ? 255 : 168) block_qr_kernel(qr2_whole_qr_ar
         x1[i] = in && c1 < n ? s[(int64_t)c1 * a.src_cs] : 0.f;
         amax = fmaxf(amax, fmaxf(fabsf(x0[i]), fabsf(x1[i])));
     }
-    const int k_remote = CL == 2 && rank == 1 ? (K < split ? K : split) : 0;  // block 1: reflectors from block 0
-    for (int r = threadIdx.x; r < k_remote; r += blockDim.x) bar_init(&bars[r], 1);
-    if (CL == 2) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int r = threadIdx.x; r < r_lo; r += blockDim.x) bar_init(&bars[r], 1);
+    if (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // power-of-two scaling from the matrix's max |a| (NaN and Inf inputs: no scaling)
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
     if (lane == 0) sm.amax[warp] = amax;
     __syncthreads();
     for (int w = 0; w < (int)(blockDim.x >> 5); ++w) amax = fmaxf(amax, sm.amax[w]);
-    if constexpr (CL == 2) {
+    if constexpr (CL > 1) {
         // armed after the __syncthreads above, which orders every mbarrier's init before it
-        for (int r = threadIdx.x; r < k_remote; r += blockDim.x) bar_expect_bytes(&bars[r], sent_bytes<RQ>(r));
-        if (threadIdx.x == 0) *cg::this_cluster().map_shared_rank(&peer_amax, rank ^ 1) = amax;
-        cg::this_cluster().sync();  // also: block 1's mbarriers are armed before block 0 sends
-        amax = fmaxf(amax, peer_amax);
+        for (int r = threadIdx.x; r < r_lo; r += blockDim.x) bar_expect_bytes(&bars[r], sent_bytes<RQ>(r));
+        if (threadIdx.x < CL) *cg::this_cluster().map_shared_rank(&peer_amax[rank], threadIdx.x) = amax;
+        cg::this_cluster().sync();  // also: every block's mbarriers are armed before any block sends
+        for (int k = 0; k < CL; ++k) amax = fmaxf(amax, peer_amax[k]);
     }
     if (warp >= roles) return;  // a cluster's blocks launch with the larger one's warps
     int expo = 0;
@@ -398,10 +397,11 @@ __global__ void __maxnreg__(CL == 2 ? 255 : 168) block_qr_kernel(qr2_whole_qr_ar
     // every row)
     if ((int)threadIdx.x < ROWS - 4 * RQ) sm.col[0][4 * RQ + threadIdx.x] = sm.col[1][4 * RQ + threadIdx.x] = 0.f;
 
-    if constexpr (CL == 2)
-        if (k_remote > 0 && warp < nbl) bulk_steps<RQ, 0, true>(x0, x1, sm, tile, bars, c0, q, blk, 0, k_remote, threads);
+    if constexpr (CL > 1)
+        if (r_lo > 0 && warp < nbl) bulk_steps<RQ, 0, true>(x0, x1, sm, tile, bars, c0, q, blk, 0, r_lo, threads);
     if (r_hi > r_lo) {
-        // columns r_lo and r_lo + 1 for the builder's first two reflectors (block 1: with block 0's applied)
+        // columns r_lo and r_lo + 1 for the builder's first two reflectors (in a cluster: with the earlier blocks'
+        // reflectors applied)
         if (c0 - r_lo < 2 && c0 >= r_lo && c0 < K && warp < nbl) publish_column<RQ, 0>(x0, sm, c0, q);
         step_barrier(threads);
         if (warp == builder) {
@@ -419,12 +419,19 @@ __global__ void __maxnreg__(CL == 2 ? 255 : 168) block_qr_kernel(qr2_whole_qr_ar
             return;
         }
         if (warp == courier) {
-            if constexpr (CL == 2) {
-                const unsigned rt = remote_addr(tile, 1), ru = remote_addr(sm.tau_u, 1), rb = remote_addr(bars, 1);
+            if constexpr (CL > 1) {
+                unsigned rt[CL - 1], ru[CL - 1], rb[CL - 1];  // the later blocks' tiles, tau_u and mbarriers
+#pragma unroll
+                for (int d = 0; d < CL - 1; ++d) {
+                    const int to = rank + 1 + d < CL ? rank + 1 + d : rank;  // past the last block: a no-op slot
+                    rt[d] = remote_addr(tile, to), ru[d] = remote_addr(sm.tau_u, to), rb[d] = remote_addr(bars, to);
+                }
 #pragma unroll 1
                 for (int r = r_lo; r < r_hi; ++r) {
                     step_barrier(threads);
-                    send_reflector<RQ>(sm, tile, rt, ru, rb, r, lane);
+#pragma unroll
+                    for (int d = 0; d < CL - 1; ++d)
+                        if (rank + 1 + d < CL) send_reflector<RQ>(sm, tile, rt[d], ru[d], rb[d], r, lane);
                 }
             }
             return;
@@ -440,43 +447,45 @@ __global__ void __maxnreg__(CL == 2 ? 255 : 168) block_qr_kernel(qr2_whole_qr_ar
         for (int i = r_lo + lane; i < r_hi; i += 32) tau_out[i] = sm.tau[i];
 }
 
-template <int RQ>
+// Launches block_qr_kernel<RQ, CL> on `batch` x CL blocks, as a programmatic dependent launch (the kernel waits for
+// the previous one on the stream before it reads global memory).
+template <int RQ, int CL>
 int launch(const qr2_whole_qr_args* a, void* stream) {
-    const int warps = (a->n + 15) / 16 + 1;  // the column warps and the builder
+    int warps = 0;
+    for (int k = 0; k < CL; ++k) warps = role_warps(a->n, CL, k) > warps ? role_warps(a->n, CL, k) : warps;
     const int64_t K = a->m < a->n ? a->m : a->n, bytes = K * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
     // the tile's limit raised to what this instantiation's largest matrix needs, whatever this one needs: one value
     // for every call leaves no window in which another host thread's call lowers it
     constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
-    if (qr2_allow_smem(block_qr_kernel<RQ, 1>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>)))
+    if (qr2_allow_smem(block_qr_kernel<RQ, CL>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>)))
         return 1;
-    block_qr_kernel<RQ, 1><<<(unsigned)a->batch, 32 * warps, (size_t)bytes, (cudaStream_t)stream>>>(*a, 0);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(CL * a->batch));
+    cfg.blockDim = dim3((unsigned)(32 * warps));
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = CL;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = CL > 1 ? 2 : 1;
+#ifdef QR2_BLOCK_QR_NO_PDL
+    cfg.attrs = attr + 1, cfg.numAttrs -= 1;
+#endif
+    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, CL>, *a), "block_qr launch");
     QR2_CHECK_LAUNCH("block_qr launch");
     return 0;
 }
 
-template <int RQ>
-int launch_cluster(const qr2_whole_qr_args* a, int split, void* stream) {
-    const Columns c0 = columns_of(a->n, 2, 0, split), c1 = columns_of(a->n, 2, 1, split);
-    const int w0 = role_warps(c0, 2, 0), w1 = role_warps(c1, 2, 1), warps = w0 > w1 ? w0 : w1;
-    const int64_t K = a->m < a->n ? a->m : a->n, bytes = K * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
-    constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
-    if (qr2_allow_smem(block_qr_kernel<RQ, 2>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>)))
-        return 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(2 * a->batch));
-    cfg.blockDim = dim3((unsigned)(32 * warps));
-    cfg.dynamicSmemBytes = (size_t)bytes;
-    cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, 2>, *a, split), "block_qr cluster launch");
-    QR2_CHECK_LAUNCH("block_qr cluster launch");
-    return 0;
+template <int CL>
+int launch_rows(const qr2_whole_qr_args* a, void* stream) {
+    if (a->m <= 64) return launch<16, CL>(a, stream);
+    if (a->m <= 128) return launch<32, CL>(a, stream);
+    return launch<44, CL>(a, stream);
 }
 
 }  // namespace
@@ -485,27 +494,16 @@ extern "C" int qr2_block_qr_supported(int64_t m, int64_t n) {
     return m >= 1 && n >= 1 && m <= QR2_BLOCK_QR_MAX && n <= QR2_BLOCK_QR_MAX;
 }
 
-extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, void* stream) {
-    if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
-    if (!qr2_block_qr_supported(a->m, a->n))
-        return qr2_record_error("block_qr", "matrix too large for one block's registers");
-    if (a->batch > 0x7fffffff) return qr2_record_error("block_qr", "more than 2^31 - 1 matrices");
-    if (a->m <= 64) return launch<16>(a, stream);
-    if (a->m <= 128) return launch<32>(a, stream);
-    return launch<44>(a, stream);
+extern "C" int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster) {
+    return qr2_block_qr_supported(m, n) && (cluster == 1 || ((cluster == 2 || cluster == 3) && n > 16 * (cluster - 1)));
 }
 
-// The column split of block_qr's cluster of two for an n-column matrix: the first half of its blocks of sixteen
-// columns, rounded down.
-extern "C" int qr2_block_qr_cluster_split(int64_t n) { return n > 16 ? (int)(16 * (((n + 15) / 16) / 2)) : 0; }
-
-extern "C" int qr2_block_qr_cluster(const qr2_whole_qr_args* a, int split, void* stream) {
+extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* stream) {
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
-    if (!qr2_block_qr_supported(a->m, a->n))
-        return qr2_record_error("block_qr", "matrix too large for one block's registers");
-    if (split <= 0) split = qr2_block_qr_cluster_split(a->n);
-    if (split <= 0 || split % 16 || split >= a->n) return qr2_record_error("block_qr", "no cluster split for this n");
-    if (a->batch > 0x3fffffff) return qr2_record_error("block_qr", "more than 2^30 - 1 matrices");
-    if (a->m <= 128) return launch_cluster<32>(a, split, stream);
-    return launch_cluster<44>(a, split, stream);
+    if (!qr2_block_qr_cluster_supported(a->m, a->n, cluster))
+        return qr2_record_error("block_qr", "matrix too large for one block's registers, or no such cluster");
+    if (a->batch > 0x7fffffff / 3) return qr2_record_error("block_qr", "more than (2^31 - 1) / 3 matrices");
+    if (cluster == 2) return launch_rows<2>(a, stream);
+    if (cluster == 3) return launch_rows<3>(a, stream);
+    return launch_rows<1>(a, stream);
 }

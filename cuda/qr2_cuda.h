@@ -108,15 +108,13 @@ typedef struct qr2_whole_qr_args {
 int qr2_warp_qr_supported(int64_t m, int64_t n);
 int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 
-/* One thread block per matrix, two lanes per column (half its rows each), whole columns in registers:
+/* One thread block per matrix (cluster = 1), or a cluster of 2 or 3 blocks on as many SMs that split its columns
+ * (n > 16 (cluster - 1)): two lanes per column (half its rows each), whole columns in registers,
  * m, n <= QR2_BLOCK_QR_MAX. */
 #define QR2_BLOCK_QR_MAX 176
 int qr2_block_qr_supported(int64_t m, int64_t n);
-int qr2_block_qr(const qr2_whole_qr_args* args, void* stream);
-/* The same on a cluster of two blocks per matrix (two SMs): block 0 factors the columns left of `split` (a multiple
- * of 16; 0 picks qr2_block_qr_cluster_split(n)) and forwards each reflector, block 1 the rest. */
-int qr2_block_qr_cluster_split(int64_t n);
-int qr2_block_qr_cluster(const qr2_whole_qr_args* args, int split, void* stream);
+int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster);
+int qr2_block_qr(const qr2_whole_qr_args* args, int cluster, void* stream);
 
 /* m, n <= 256 held in registers (columns dealt cyclically to the warps, rows across lanes) with every
  * reflector kept in shared memory: one thread block per matrix, or a cluster of `cluster` = 2 blocks that

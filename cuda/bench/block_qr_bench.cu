@@ -59,13 +59,12 @@ static void residuals(int m, int n, const float* A, const float* H, const float*
     *orth = std::sqrt(oerr) / (eps * m);
 }
 
-// The kernel under test: with -DBQ_CLUSTER the cluster of two (split from $BQ_SPLIT when below n) where n > 16.
-static int run(const qr2_whole_qr_args* a, cudaStream_t stream) {
-#ifdef BQ_CLUSTER
-    static const int split = getenv("BQ_SPLIT") ? atoi(getenv("BQ_SPLIT")) : 0;
-    if (a->n > 16) return qr2_block_qr_cluster(a, split < a->n ? split : 0, stream);
+// The kernel under test: with -DBQ_CLUSTER=2 or 3 a cluster of that many blocks per matrix where it holds the shape.
+#ifndef BQ_CLUSTER
+#define BQ_CLUSTER 1
 #endif
-    return qr2_block_qr(a, stream);
+static int run(const qr2_whole_qr_args* a, cudaStream_t stream) {
+    return qr2_block_qr(a, qr2_block_qr_cluster_supported(a->m, a->n, BQ_CLUSTER) ? BQ_CLUSTER : 1, stream);
 }
 
 int main(int argc, char** argv) {
