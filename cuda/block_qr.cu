@@ -473,9 +473,8 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     attr[1].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = CL > 1 ? 2 : 1;
-#ifdef QR2_BLOCK_QR_NO_PDL
-    cfg.attrs = attr + 1, cfg.numAttrs -= 1;
-#endif
+    static const int pdl = getenv("QR2_PDL") ? atoi(getenv("QR2_PDL")) : 1;  // EXPERIMENT
+    if (!pdl) cfg.attrs = attr + 1, cfg.numAttrs -= 1;
     QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, CL>, *a), "block_qr launch");
     QR2_CHECK_LAUNCH("block_qr launch");
     return 0;

@@ -12,7 +12,7 @@ from whole_matrix import check
 
 pytestmark = requires_cuda
 
-ROUTES = ["block_columns", "block_columns_cluster2", "block_columns_cluster3"]
+ROUTES = ["block_columns", "block_columns_cluster2"]
 
 
 @pytest.fixture(autouse=True, params=ROUTES)
