@@ -447,8 +447,8 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
         for (int i = r_lo + lane; i < r_hi; i += 32) tau_out[i] = sm.tau[i];
 }
 
-// Launches block_qr_kernel<RQ, CL> on `batch` x CL blocks, as a programmatic dependent launch (the kernel waits for
-// the previous one on the stream before it reads global memory).
+// Launches block_qr_kernel<RQ, CL> on `batch` x CL blocks (the kernel waits for the previous one on the stream
+// before it reads global memory, so it may be a programmatic dependent launch).
 template <int RQ, int CL>
 int launch(const qr2_whole_qr_args* a, void* stream) {
     int warps = 0;
@@ -473,8 +473,17 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     attr[1].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = CL > 1 ? 2 : 1;
-    static const int pdl = getenv("QR2_PDL") ? atoi(getenv("QR2_PDL")) : 1;  // EXPERIMENT
-    if (!pdl) cfg.attrs = attr + 1, cfg.numAttrs -= 1;
+    // programmatic dependent launch only when two of these blocks cannot share an SM: otherwise the next launch's
+    // blocks, started early, land beside this one's and share their SMs (measured per call, the cluster at 40 x 128:
+    // 52.9 us with it, 47.5 without; 40 x 176, one block per SM: 69.9 with it, 70.9 without)
+    static int regs = -1;  // per instantiation; a race between threads writes the same value
+    if (regs < 0) {
+        cudaFuncAttributes fa;
+        QR2_CHECK_CUDA(cudaFuncGetAttributes(&fa, block_qr_kernel<RQ, CL>), "block_qr: cudaFuncGetAttributes");
+        regs = fa.numRegs;
+    }
+    const bool alone = 32 * warps * regs > 65536 / 2 || bytes + (int64_t)sizeof(BlockSmem<RQ>) > 114 * 1024;
+    if (!alone) cfg.attrs = attr + 1, cfg.numAttrs -= 1;
     QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, CL>, *a), "block_qr launch");
     QR2_CHECK_LAUNCH("block_qr launch");
     return 0;

@@ -1,8 +1,9 @@
 """Small calls through every route and kernel, for compute-sanitizer (memcheck, racecheck, synccheck).
 
---no-cluster skips the calls whose routes launch thread-block clusters (`registers_cluster2`, and the blocked
-routes at batch <= 66 or with panels taller than 512 rows): racecheck fails on those here ("Internal Sanitizer Error: The Sanitizer failed to handle
-a hardware exception", CUDA 13.0 on the H200), while memcheck and the tests pass."""
+--no-cluster skips the calls whose routes launch thread-block clusters (`registers_cluster2`, `block_columns_cluster2`,
+and the blocked routes at batch <= 66 or with panels taller than 512 rows): racecheck fails on those here ("Internal
+Sanitizer Error: The Sanitizer failed to handle a hardware exception", CUDA 13.0 on the H200), while memcheck and the
+tests pass."""
 import sys
 
 import torch
@@ -14,11 +15,13 @@ CASES = [(4, 32, 32), (2, 64, 64), (2, 128, 128), (2, 150, 150), (2, 176, 176), 
 # forced routes: shapes the table sends elsewhere at these batch sizes
 FORCED = [("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_columns", 3, 90, 20),
           ("warp_columns", 300, 40, 40), ("block_columns", 2, 176, 176), ("block_columns", 2, 100, 60),
-          ("block_columns", 2, 60, 130), ("block_columns", 2, 99, 131), ("registers_cluster2", 2, 64, 64),
+          ("block_columns", 2, 60, 130), ("block_columns", 2, 99, 131), ("block_columns_cluster2", 2, 176, 176),
+          ("block_columns_cluster2", 2, 100, 176), ("block_columns_cluster2", 2, 176, 80),
+          ("block_columns_cluster2", 2, 20, 170), ("registers_cluster2", 2, 64, 64),
           ("registers_cluster2", 2, 100, 70),
           ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200)]  # one-block register panels
 
-CLUSTER_ROUTES = ("registers_cluster2",)
+CLUSTER_ROUTES = ("registers_cluster2", "block_columns_cluster2")
 
 
 def launches_clusters(route, batch, m, n):
