@@ -1,5 +1,6 @@
-// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix: bulk warps owning
-// columns apply the reflectors, one more warp builds them.
+// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix (or a cluster of two
+// that splits the columns, below the kernel): bulk warps owning columns apply the reflectors, one more warp builds
+// them.
 //
 // Bulk layout: a bulk warp holds a block of 16 columns, two per thread (columns k and k + 8 of the block on lanes
 // with l & 7 = k), each column over the four quarters q = l >> 3 of the warp. Rows come in groups of four dealt to
@@ -227,8 +228,8 @@ __device__ __forceinline__ void bulk_step(float (&x0)[RQ], float (&x1)[RQ], Bloc
 // In a cluster, block 1's step r of the first phase: reflector r, built in block 0, once its bytes have landed here.
 // Every column of block 1 is right of it.
 template <int RQ, int J>
-__device__ __forceinline__ void remote_step(float (&x0)[RQ], float (&x1)[RQ], const BlockSmem<RQ>& sm, const float* tile,
-                                            uint64_t* bars, int r, int q) {
+__device__ __forceinline__ void remote_step(float (&x0)[RQ], float (&x1)[RQ], const BlockSmem<RQ>& sm,
+                                            const float* tile, uint64_t* bars, int r, int q) {
     bar_wait(&bars[r]);
     const float tau_u = sm.tau_u[r];
     apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + r * BlockSmem<RQ>::ROWS), q, tau_u, tau_u);
@@ -322,11 +323,12 @@ __host__ __device__ inline int role_warps(int n, int CL, int rank) {
 // counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread. A block
 // of a cluster has at most 8 warps.
 //
-// Cluster of CL = 2 or 3 blocks, for one matrix on CL SMs: block k holds the k-th range of columns. It first applies
-// the reflectors of the blocks before it as they land (no barrier between its warps), then factors its own columns
-// (rows from its first column on) as a lone block would, while its courier warp forwards each reflector to the
-// blocks after it. A step then applies its reflector to a CL-th of the columns at most, so the bulk warps' share of
-// a step, which sets the early steps of a lone block, shrinks by CL.
+// Cluster of CL blocks, for one matrix on CL SMs: block k holds the k-th range of columns. It first applies the
+// reflectors of the blocks before it as they land (no barrier between its warps), then factors its own columns (rows
+// from its first column on) as a lone block would, while its courier warp forwards each reflector to the blocks
+// after it. A step then applies its reflector to a CL-th of the columns at most, so the bulk warps' share of a step,
+// which sets the early steps of a lone block, shrinks by CL. Only CL = 2 is launched: with three, 1 x 176 took 67.1
+// against 68.0 us, and 40 x 176 no longer fit one wave (91.4 us).
 template <int RQ, int CL>
 __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a) {
     constexpr int BR = builder_rows<RQ>(), ROWS = BlockSmem<RQ>::ROWS;
@@ -349,7 +351,8 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
     // column blocks of 16 dealt so that the bulk warps sharing the builder's scheduler (warp % 4) get the first ones:
     // they are done first, and then leave the builder's scheduler to it
     const int sb = builder & 3, ns = builder > sb ? (builder - sb + 3) / 4 : 0;
-    const int blk = col_lo / 16 + ((warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0));
+    const int blk =
+        col_lo / 16 + ((warp & 3) == sb ? (warp - sb) / 4 : ns + warp - (warp > sb ? (warp - sb + 3) / 4 : 0));
     const int c0 = 16 * blk + (lane & 7), c1 = c0 + 8;
     const int64_t mat = blockIdx.x / CL;
     float* tau_out = a.tau + mat * K;
@@ -503,15 +506,13 @@ extern "C" int qr2_block_qr_supported(int64_t m, int64_t n) {
 }
 
 extern "C" int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster) {
-    return qr2_block_qr_supported(m, n) && (cluster == 1 || ((cluster == 2 || cluster == 3) && n > 16 * (cluster - 1)));
+    return qr2_block_qr_supported(m, n) && (cluster == 1 || (cluster == 2 && n > 16));
 }
 
 extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* stream) {
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
     if (!qr2_block_qr_cluster_supported(a->m, a->n, cluster))
         return qr2_record_error("block_qr", "matrix too large for one block's registers, or no such cluster");
-    if (a->batch > 0x7fffffff / 3) return qr2_record_error("block_qr", "more than (2^31 - 1) / 3 matrices");
-    if (cluster == 2) return launch_rows<2>(a, stream);
-    if (cluster == 3) return launch_rows<3>(a, stream);
-    return launch_rows<1>(a, stream);
+    if (a->batch > 0x7fffffff / 2) return qr2_record_error("block_qr", "more than (2^31 - 1) / 2 matrices");
+    return cluster == 2 ? launch_rows<2>(a, stream) : launch_rows<1>(a, stream);
 }

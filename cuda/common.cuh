@@ -166,7 +166,8 @@ __device__ __forceinline__ void bar_init(uint64_t* bar, unsigned count) {
 }
 
 __device__ __forceinline__ void bar_arrive(uint64_t* bar) {
-    asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n\t}" ::"r"(smem_addr(bar))
+    asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n\t}"
+                 ::"r"(smem_addr(bar))
                  : "memory");
 }
 

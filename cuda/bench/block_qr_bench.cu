@@ -59,7 +59,7 @@ static void residuals(int m, int n, const float* A, const float* H, const float*
     *orth = std::sqrt(oerr) / (eps * m);
 }
 
-// The kernel under test: with -DBQ_CLUSTER=2 or 3 a cluster of that many blocks per matrix where it holds the shape.
+// The kernel under test: with -DBQ_CLUSTER=2 a cluster of two blocks per matrix where it holds the shape.
 #ifndef BQ_CLUSTER
 #define BQ_CLUSTER 1
 #endif
