@@ -1,6 +1,5 @@
-// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix (or a cluster of two
-// that splits the columns, below the kernel): bulk warps owning columns apply the reflectors, one more warp builds
-// them.
+// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix or a cluster of two
+// blocks that split its columns: bulk warps owning columns apply the reflectors, one more warp builds them.
 //
 // Bulk layout: a bulk warp holds a block of 16 columns, two per thread (columns k and k + 8 of the block on lanes
 // with l & 7 = k), each column over the four quarters q = l >> 3 of the warp. Rows come in groups of four dealt to
@@ -29,6 +28,8 @@
 // time, so the update skips the groups above the reflector for free.
 #include <cooperative_groups.h>
 #include <float.h>
+
+#include <atomic>
 
 #include "common.cuh"
 
@@ -321,14 +322,14 @@ __host__ __device__ inline int role_warps(int n, int CL, int rank) {
 
 // Launched with 9-12 warps (n > 128), a block's warps count as 12 against the SM's 65,536 registers (warps are
 // counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread. A block
-// of a cluster has at most 8 warps.
+// of a cluster has at most 7 warps.
 //
 // Cluster of CL blocks, for one matrix on CL SMs: block k holds the k-th range of columns. It first applies the
 // reflectors of the blocks before it as they land (no barrier between its warps), then factors its own columns (rows
 // from its first column on) as a lone block would, while its courier warp forwards each reflector to the blocks
 // after it. A step then applies its reflector to a CL-th of the columns at most, so the bulk warps' share of a step,
-// which sets the early steps of a lone block, shrinks by CL. Only CL = 2 is launched: with three, 1 x 176 took 67.1
-// against 68.0 us, and 40 x 176 no longer fit one wave (91.4 us).
+// which sets the early steps of a lone block, shrinks by CL. Only CL = 2 is built (three blocks: 1 x 176 67.1 against
+// 68.0 us, and 40 x 176 no longer fit one wave: 91.4 us), so block 0 is the only courier.
 template <int RQ, int CL>
 __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a) {
     constexpr int BR = builder_rows<RQ>(), ROWS = BlockSmem<RQ>::ROWS;
@@ -337,6 +338,9 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
     __shared__ float peer_amax[CL];
     extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
     float* tile = reinterpret_cast<float*>(tile4);
+    static_assert(CL == 1 || CL == 2, "one block, or a cluster of two");
+    // a cluster's blocks may touch each other's shared memory once all have started: arrive now, wait before that
+    if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     // programmatic dependent launch: the next kernel on the stream may start its prologue now; this one reads
     // global memory only once the previous kernel has completed
     asm volatile("griddepcontrol.launch_dependents;");
@@ -383,6 +387,7 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
     if constexpr (CL > 1) {
         // armed after the __syncthreads above, which orders every mbarrier's init before it
         for (int r = threadIdx.x; r < r_lo; r += blockDim.x) bar_expect_bytes(&bars[r], sent_bytes<RQ>(r));
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block of the cluster has started
         if (threadIdx.x < CL) *cg::this_cluster().map_shared_rank(&peer_amax[rank], threadIdx.x) = amax;
         cg::this_cluster().sync();  // also: every block's mbarriers are armed before any block sends
         for (int k = 0; k < CL; ++k) amax = fmaxf(amax, peer_amax[k]);
@@ -422,19 +427,12 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
             return;
         }
         if (warp == courier) {
-            if constexpr (CL > 1) {
-                unsigned rt[CL - 1], ru[CL - 1], rb[CL - 1];  // the later blocks' tiles, tau_u and mbarriers
-#pragma unroll
-                for (int d = 0; d < CL - 1; ++d) {
-                    const int to = rank + 1 + d < CL ? rank + 1 + d : rank;  // past the last block: a no-op slot
-                    rt[d] = remote_addr(tile, to), ru[d] = remote_addr(sm.tau_u, to), rb[d] = remote_addr(bars, to);
-                }
+            if constexpr (CL > 1) {  // block 0 to block 1
+                const unsigned rt = remote_addr(tile, 1), ru = remote_addr(sm.tau_u, 1), rb = remote_addr(bars, 1);
 #pragma unroll 1
                 for (int r = r_lo; r < r_hi; ++r) {
                     step_barrier(threads);
-#pragma unroll
-                    for (int d = 0; d < CL - 1; ++d)
-                        if (rank + 1 + d < CL) send_reflector<RQ>(sm, tile, rt[d], ru[d], rb[d], r, lane);
+                    send_reflector<RQ>(sm, tile, rt, ru, rb, r, lane);
                 }
             }
             return;
@@ -476,16 +474,19 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     attr[1].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = CL > 1 ? 2 : 1;
-    // programmatic dependent launch only when two of these blocks cannot share an SM: otherwise the next launch's
-    // blocks, started early, land beside this one's and share their SMs (measured per call, the cluster at 40 x 128:
-    // 52.9 us with it, 47.5 without; 40 x 176, one block per SM: 69.9 with it, 70.9 without)
-    static int regs = -1;  // per instantiation; a race between threads writes the same value
-    if (regs < 0) {
+    // programmatic dependent launch only when two of these blocks cannot share an SM: otherwise, between back-to-back
+    // calls, this launch's blocks start early beside the previous launch's and share their SMs (measured per call,
+    // the cluster at 40 x 128: 52.9 us with it, 47.5 without; 40 x 176, one block per SM: 69.9 with it, 70.9
+    // without). Registers (65,536 an SM) or shared memory (228 KB an SM, 1 KB of it reserved per block) decide.
+    static std::atomic<int> regs{-1}, static_smem{0};  // per instantiation
+    if (regs.load(std::memory_order_relaxed) < 0) {
         cudaFuncAttributes fa;
         QR2_CHECK_CUDA(cudaFuncGetAttributes(&fa, block_qr_kernel<RQ, CL>), "block_qr: cudaFuncGetAttributes");
-        regs = fa.numRegs;
+        static_smem.store((int)fa.sharedSizeBytes, std::memory_order_relaxed);
+        regs.store(fa.numRegs, std::memory_order_relaxed);
     }
-    const bool alone = 32 * warps * regs > 65536 / 2 || bytes + (int64_t)sizeof(BlockSmem<RQ>) > 114 * 1024;
+    const int64_t smem = bytes + static_smem.load(std::memory_order_relaxed) + 1024;
+    const bool alone = 2 * 32 * warps * regs.load(std::memory_order_relaxed) > 65536 || 2 * smem > 228 * 1024;
     if (!alone) cfg.attrs = attr + 1, cfg.numAttrs -= 1;
     QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, CL>, *a), "block_qr launch");
     QR2_CHECK_LAUNCH("block_qr launch");
@@ -513,6 +514,6 @@ extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* strea
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
     if (!qr2_block_qr_cluster_supported(a->m, a->n, cluster))
         return qr2_record_error("block_qr", "matrix too large for one block's registers, or no such cluster");
-    if (a->batch > 0x7fffffff / 2) return qr2_record_error("block_qr", "more than (2^31 - 1) / 2 matrices");
+    if (a->batch > 0x7fffffff / cluster) return qr2_record_error("block_qr", "more blocks than a grid holds");
     return cluster == 2 ? launch_rows<2>(a, stream) : launch_rows<1>(a, stream);
 }

@@ -109,7 +109,8 @@ int qr2_warp_qr_supported(int64_t m, int64_t n);
 int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 
 /* One thread block per matrix (cluster = 1), or a cluster of 2 blocks on two SMs that split its columns (n > 16):
- * two lanes per column (half its rows each), whole columns in registers, m, n <= QR2_BLOCK_QR_MAX. */
+ * whole columns in registers, each over four lanes (a quarter of its rows each, two columns a lane),
+ * m, n <= QR2_BLOCK_QR_MAX. */
 #define QR2_BLOCK_QR_MAX 176
 int qr2_block_qr_supported(int64_t m, int64_t n);
 int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster);

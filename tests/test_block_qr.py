@@ -88,8 +88,9 @@ def test_nan_and_inf_stay_in_their_matrix(bad):
     whole_matrix.nan_and_inf_stay_in_their_matrix(8, 176, bad)
 
 
-def test_one_kernel_per_call():
-    whole_matrix.one_kernel_per_call((40, 176, 176), "block_qr_kernel")
+def test_one_kernel_per_call(route):
+    # the forced route's instantiation ran (its second template argument: blocks per matrix)
+    whole_matrix.one_kernel_per_call((40, 176, 176), r"block_qr_kernel<\d+, ?%d>" % (2 if route.endswith("2") else 1))
 
 
 def test_side_stream_and_cuda_graph():

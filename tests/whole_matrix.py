@@ -1,6 +1,7 @@
 """Checks shared by the tests that force one route (test_register_qr.py, test_warp_qr.py, test_blocked.py): each test file
 forces its route and calls these with shapes its kernel holds."""
 import math
+import re
 import subprocess
 import sys
 
@@ -87,7 +88,7 @@ def one_kernel_per_call(shape, kernel):
         factor(A)
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert len(kernels) == 1 and kernel in kernels[0], kernels
+    assert len(kernels) == 1 and re.search(kernel, kernels[0]), kernels
 
 
 def side_stream_and_cuda_graph(shape):
