@@ -468,10 +468,7 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = CL;
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
+    attr[1] = qr2_cluster_dim(CL);
     cfg.attrs = attr;
     cfg.numAttrs = CL > 1 ? 2 : 1;
     // programmatic dependent launch only when two of these blocks cannot share an SM: otherwise, between back-to-back

@@ -145,6 +145,16 @@ static int qr2_allow_smem(Kernel kernel, int64_t bytes, const char* what, int64_
     return 0;
 }
 
+// The launch attribute for thread-block clusters of `blocks` blocks along x.
+static inline cudaLaunchAttribute qr2_cluster_dim(unsigned blocks) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = blocks;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    return attr;
+}
+
 // Multiplies by 2^e (|e| <= 252) with two normal power-of-two factors: exact unless the result is subnormal.
 struct Pow2 {
     float lo, hi;

@@ -264,11 +264,7 @@ int launch(const qr2_panel_wy_args* a, int cluster, void* stream) {
     cfg.blockDim = dim3(THREADS);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[1] = {qr2_cluster_dim((unsigned)cluster)};
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, panel_wy_kernel<RPT>, *a), "panel_wy launch");

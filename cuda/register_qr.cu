@@ -548,11 +548,7 @@ int launch(const Job& a, void* stream) {
     cfg.blockDim = dim3((unsigned)(32 * warps_per_block(a.n, C, CL)));
     cfg.dynamicSmemBytes = (size_t)bytes;
     cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CL;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[1] = {qr2_cluster_dim(CL)};
     cfg.attrs = attr;
     cfg.numAttrs = CL > 1 ? 1 : 0;
     QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, a), "register_qr launch");
