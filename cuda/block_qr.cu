@@ -476,14 +476,14 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     // the cluster at 40 x 128: 52.9 us with it, 47.5 without; 40 x 176, one block per SM: 69.9 with it, 70.9
     // without). Registers (65,536 an SM) or shared memory (228 KB an SM, 1 KB of it reserved per block) decide.
     static std::atomic<int> regs{-1}, static_smem{0};  // per instantiation
-    if (regs.load(std::memory_order_relaxed) < 0) {
+    if (regs.load(std::memory_order_acquire) < 0) {
         cudaFuncAttributes fa;
         QR2_CHECK_CUDA(cudaFuncGetAttributes(&fa, block_qr_kernel<RQ, CL>), "block_qr: cudaFuncGetAttributes");
         static_smem.store((int)fa.sharedSizeBytes, std::memory_order_relaxed);
-        regs.store(fa.numRegs, std::memory_order_relaxed);
+        regs.store(fa.numRegs, std::memory_order_release);  // after static_smem: readers that see regs see it too
     }
     const int64_t smem = bytes + static_smem.load(std::memory_order_relaxed) + 1024;
-    const bool alone = 2 * 32 * warps * regs.load(std::memory_order_relaxed) > 65536 || 2 * smem > 228 * 1024;
+    const bool alone = 2 * 32 * warps * regs.load(std::memory_order_acquire) > 65536 || 2 * smem > 228 * 1024;
     if (!alone) cfg.attrs = attr + 1, cfg.numAttrs -= 1;
     QR2_CHECK_CUDA(cudaLaunchKernelEx(&cfg, block_qr_kernel<RQ, CL>, *a), "block_qr launch");
     QR2_CHECK_LAUNCH("block_qr launch");
