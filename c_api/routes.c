@@ -11,12 +11,20 @@
 /* The first row that admits a problem runs it. */
 static const qr2_route routes[] = {
     /* name, kind, max_m, min_n, max_n, min_batch, max_batch, nb, leaf_nb, cluster, why */
-    /* m, n <= 32: measured (H200, kernel alone) faster than `registers` at every batch: 20 x 32 x 32 11.0
-     * against 14.8 us, 20 x 16 x 16 5.6 against 8.3, 640 x 32 x 32 13.9 against 25.4, 2000 x 32 x 32 20.3
-     * against 66.7 */
+    /* m, n <= 32 up to 640 matrices. Fourteenth session (H200, both forced in one run; per call as the benchmark
+     * times it, and kernel alone by CUDA-graph replay): 20 x 32 x 32 8.9 us per call against 12.1 for
+     * `warp_columns` (kernel 7.8 against 10.4), 1 x 32 x 32 8.7 against 11.8, 640 x 32 x 32 13.7 against 14.4,
+     * 20 x 16 x 16 kernel 4.4 against 5.2, 20 x 8 x 8 2.8 against 3.4. Past 640 its four warps a matrix cost
+     * more than they save: 1000 x 32 x 32 18.0 against 14.4 us, 3000 x 32 x 32 45.1 against 31.3 */
+    {"quad_columns", QR2_ROUTE_QUAD, QR2_QUAD_QR_MAX, 0, QR2_QUAD_QR_MAX, 0, 640, 0, 0, 1,
+     "small matrices (m, n <= 32) factored whole by one thread block each, a quad of four lanes per column (a "
+     "quarter of its rows each): every lane computes the scalars from the published column, two shuffles per dot, "
+     "one block barrier per reflector"},
+    /* m, n <= 32 past 640 matrices: one warp per matrix, up to four matrices per block. Kernel alone (H200, seventh
+     * session): 2000 x 32 x 32 20.3 us against 66.7 for `registers` */
     {"warp_columns", QR2_ROUTE_WARP, 32, 0, 32, 0, 0, 0, 0, 1,
-     "small matrices (m, n <= 32) factored whole by one warp each, a lane per column: dots are a lane's own "
-     "FMAs, each reflector's column published through shared memory, one __syncwarp per reflector"},
+     "large batches of small matrices (m, n <= 32) factored whole by one warp each, a lane per column: dots are "
+     "a lane's own FMAs, each reflector's column published through shared memory, one __syncwarp per reflector"},
     /* Past one wave of one block per matrix (132 SMs) the warp kernel also wins for the taller shapes it holds,
      * several matrices per block: 2000 x 96 x 32 65.4 against 112.0 us for `registers` */
     {"warp_columns_many", QR2_ROUTE_WARP, 0, 0, 32, 133, 0, 0, 0, 1,
@@ -100,6 +108,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Whether the route's kernels can hold the shape at all (the table's limits aside). */
 static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
+    if (r->kind == QR2_ROUTE_QUAD) return qr2_quad_qr_supported(m, n);
     if (r->kind == QR2_ROUTE_WARP) return qr2_warp_qr_supported(m, n);
     if (r->kind == QR2_ROUTE_BLOCK)
         return qr2_block_qr_cluster_supported(m, n, r->cluster);
@@ -157,6 +166,11 @@ static int run_registers(const qr2_route* r, const qr2_problem* p) {
 static int run_block(const qr2_route* r, const qr2_problem* p) {
     const qr2_whole_qr_args a = whole_args(p);
     return qr2_block_qr(&a, r->cluster, p->stream);
+}
+
+static int run_quad(const qr2_problem* p) {
+    const qr2_whole_qr_args a = whole_args(p);
+    return qr2_quad_qr(&a, p->stream);
 }
 
 static int run_warp(const qr2_problem* p) {
@@ -284,6 +298,7 @@ static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
 int qr2_route_run(const qr2_route* route, const qr2_problem* p, float* work) {
     if (p->batch == 0 || p->m == 0 || p->n == 0) return 0;
     switch (route->kind) {
+        case QR2_ROUTE_QUAD: return run_quad(p);
         case QR2_ROUTE_WARP: return run_warp(p);
         case QR2_ROUTE_BLOCK: return run_block(route, p);
         case QR2_ROUTE_REGISTERS: return run_registers(route, p);

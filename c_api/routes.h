@@ -10,6 +10,7 @@
 #define QR2_EXPORT __attribute__((visibility("default")))
 
 typedef enum qr2_route_kind {
+    QR2_ROUTE_QUAD,      /* whole matrix in one block's registers, a quad of four lanes per column: one launch */
     QR2_ROUTE_WARP,      /* whole matrix in one warp's registers, a lane per column: one launch */
     QR2_ROUTE_BLOCK,     /* whole matrix in one block's registers, two lanes per column: one launch */
     QR2_ROUTE_REGISTERS, /* whole matrix in the registers of one block or a cluster: one launch */

@@ -108,6 +108,11 @@ typedef struct qr2_whole_qr_args {
 int qr2_warp_qr_supported(int64_t m, int64_t n);
 int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 
+/* One thread block per matrix, one quad of four lanes per column (a quarter of its rows each): m, n <= 32. */
+#define QR2_QUAD_QR_MAX 32
+int qr2_quad_qr_supported(int64_t m, int64_t n);
+int qr2_quad_qr(const qr2_whole_qr_args* args, void* stream);
+
 /* One thread block per matrix (cluster = 1), or a cluster of 2 blocks on two SMs that split its columns (n > 16):
  * whole columns in registers, each over four lanes (a quarter of its rows each, two columns a lane),
  * m, n <= QR2_BLOCK_QR_MAX. */

@@ -13,7 +13,8 @@ import qr2_op  # noqa: F401
 CASES = [(4, 32, 32), (2, 64, 64), (2, 128, 128), (2, 150, 150), (2, 176, 176), (2, 40, 120), (3, 100, 37), (2, 224, 200), (2, 256, 128), (2, 300, 300), (1, 200, 1100), (1, 1300, 1200), (1, 70000, 3)]
 
 # forced routes: shapes the table sends elsewhere at these batch sizes
-FORCED = [("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_columns", 3, 90, 20),
+FORCED = [("quad_columns", 700, 32, 32), ("quad_columns", 3, 13, 7), ("quad_columns", 3, 5, 30),
+          ("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_columns", 3, 90, 20),
           ("warp_columns", 300, 40, 40), ("block_columns", 2, 176, 176), ("block_columns", 2, 100, 60),
           ("block_columns", 2, 60, 130), ("block_columns", 2, 99, 131), ("block_columns_cluster2", 2, 176, 176),
           ("block_columns_cluster2", 2, 100, 176), ("block_columns_cluster2", 2, 176, 80),

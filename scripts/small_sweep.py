@@ -49,7 +49,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", default="8:256:8", help="start:stop:step")
     ap.add_argument("--batches", default="1,20,40,640")
-    ap.add_argument("--routes", default="warp_columns,block_columns,registers,registers_cluster2,blocked_nb32")
+    ap.add_argument("--routes", default="quad_columns,warp_columns,block_columns,registers,registers_cluster2,blocked_nb32")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json-out")
     args = ap.parse_args()

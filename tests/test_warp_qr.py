@@ -28,9 +28,10 @@ def forced():
 
 def test_the_table_sends_small_and_many_matrices_here():
     qr2_op._force_route(None)
-    for m, n in [(32, 32), (1, 1), (8, 8), (32, 1), (1, 32), (17, 29)]:  # m, n <= 32: every batch
-        for batch in (1, 20, 640, 100000):
+    for m, n in [(32, 32), (1, 1), (8, 8), (32, 1), (1, 32), (17, 29)]:  # m, n <= 32: past 640 matrices
+        for batch in (641, 1000, 100000):
             assert qr2_op.route_for(m, n, batch) == ROUTE, (m, n, batch)
+        assert qr2_op.route_for(m, n, 640) == "quad_columns", (m, n)
     for m, n in [(96, 32), (64, 1), (33, 32)]:  # the rest it holds of n <= 32: past 132 matrices
         assert holds(m, n) and qr2_op.route_for(m, n, 133) == "warp_columns_many", (m, n)
         assert qr2_op.route_for(m, n, 132) not in (ROUTE, "warp_columns_many"), (m, n)
