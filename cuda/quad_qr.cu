@@ -11,8 +11,9 @@
 // shared memory: each lane its quarter of the rows and its partial sum of squares below r. After the barrier every
 // lane reads its quarter of u, the four partial sums and alpha, and computes slarfg's scalars itself; the dot over
 // the rows below r does not wait for them. The reflector is applied unscaled as in warp_qr.cu (u_r = alpha - beta,
-// tau_u = tau / (alpha - beta)^2), the owner's scaling is deferred to the output. Every slot is written once, so
-// the barrier orders reads after writes and nothing else.
+// tau_u = tau / (alpha - beta)^2), the owner's scaling is deferred to the output. Every slot is written once (but
+// for the rare FP64 reflector, which rescales its slot in place between two barriers of its own), so the barrier
+// orders reads after writes and nothing else.
 //
 // Rows are interleaved over the quad (row 4 j + q in x[j] of lane q), so the four reflectors of group j = r / 4
 // mask only x[j]; the groups are unrolled, the four reflectors of a group share code.
@@ -149,7 +150,7 @@ __device__ __forceinline__ void group_steps(QuadState<R>& st, float* pub, int la
 #pragma unroll
                     for (int j = G; j < R; ++j) st.x[j] = j > G || below ? u[j] : st.x[j];
                 }
-                // d stays the dot with the unscaled column: recompute it with v
+                // d must be the dot with v: recompute it
                 d0 = d1 = 0.f;
 #pragma unroll
                 for (int j = G; j < R; ++j) {

@@ -33,6 +33,8 @@ timeout 200 python3 scripts/small_sweep.py --n 8:256:8 --batches 1,20,40,640 --j
 timeout 60 python3 scripts/graph_times.py --shapes 20:32:32,40:176:176,640:32:32,40:64:64,40:128:128,40:256:256,1:176:176 \
   > "$OUT/graph_times.log" 2>&1; cat "$OUT/graph_times.log"
 timeout 90 compute-sanitizer --tool memcheck python3 scripts/sanitize_smoke.py > "$OUT/memcheck.log" 2>&1; tail -2 "$OUT/memcheck.log"
+timeout 90 compute-sanitizer --tool synccheck --kernel-name kns=quad_qr python3 scripts/sanitize_smoke.py --no-cluster \
+  > "$OUT/synccheck.log" 2>&1; tail -2 "$OUT/synccheck.log"
 for k in quad_qr warp_qr block_qr register_qr; do
   timeout 150 compute-sanitizer --tool racecheck --kernel-name kns=$k python3 scripts/sanitize_smoke.py --no-cluster \
     > "$OUT/racecheck_$k.log" 2>&1

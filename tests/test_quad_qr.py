@@ -57,6 +57,24 @@ def test_shapes(shape):
     check(torch.randn(5, *shape, device="cuda"))
 
 
+def test_every_shape_up_to_32_by_32():
+    for m in range(1, 33):
+        for n in range(1, 33):
+            check(torch.randn(2, m, n, device="cuda"))
+
+
+def test_tails_too_small_for_fp32_squares():
+    """Column tails 1e-17 below the matrix's largest entry: their FP32 sums of squares fall below the kernel's 2^-100,
+    so every reflector takes the FP64 path, which rescales v in shared memory (square, wide, tall; one warp or
+    several)."""
+    for m, n in [(32, 32), (9, 32), (32, 9), (16, 16), (5, 7)]:
+        A = torch.randn(4, m, n, device="cuda")
+        A = torch.triu(A) + 1e-17 * torch.tril(A, -1)  # every tail stays ~1e-17: tau ~1e-33, still an FP32 normal
+        H, tau = whole_matrix.factor(A)
+        assert torch.all(tau[:, :-1] != 0)  # the FP64 path built them: tiny but non-zero tails
+        check(A, (H, tau))
+
+
 @pytest.mark.parametrize("batch", [1, 20, 132, 133, 640, 5000])
 def test_batch_sizes(batch):
     check(torch.randn(batch, 32, 32, device="cuda"))
