@@ -2,14 +2,21 @@
 
 Prints wall time per call (host issue rate, 20k calls) of the op and of reference points, then the GPU time
 per call as the benchmark measures it (CUDA events around 50 back-to-back calls) and the kernel alone
-(the same 50 calls replayed from a CUDA graph)."""
+(the same 50 calls replayed from a CUDA graph), and QR2's timed loop three ways: outputs dropped at once, outputs kept
+as QR2 keeps them (the previous repeat's alive during the next), and kept with QR2's recheck between repeats."""
 import argparse
 import json
+import os
+import statistics
+import sys
 import time
 
 import torch
 
 import qr2_op
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from reference import check_implementation  # noqa: E402
 
 
 def wall_us(fn, calls=20000):
@@ -51,6 +58,31 @@ def graph_us(fn, calls=50, reps=200):
     return event_us(g.replay, calls=1, reps=reps) / calls
 
 
+def protocol_us(fn, inputs, keep, recheck, reps=60):
+    """QR2's timed loop (L2 flush, events around one call per input): (mean after 5 warm-up repeats, best)."""
+    outputs, times = None, []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        flush = torch.empty((32, 1024, 1024), dtype=torch.int64, device="cuda")
+        flush.fill_(42)
+        del flush
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        if keep:
+            new = [fn(A) for A in inputs]
+        else:
+            for A in inputs:
+                fn(A)
+            new = None
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) * 1e3 / len(inputs))
+        if recheck:
+            assert all(check_implementation(A, out)[0] for A, out in zip(inputs, new))
+        outputs = new  # noqa: F841 (kept alive until the next repeat's calls return, as QR2 does)
+    return statistics.mean(times[5:]), min(times)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", default="20,32,32;40,176,176")
@@ -82,6 +114,12 @@ def main():
             rows[f"{name}: events"] = event_us(lambda: qr2_op.geqrf(A))
             rows[f"{name}: graph replay (device only)"] = graph_us(lambda: op(A))
         qr2_op._force_route(None)
+        inputs = [torch.randn(b, m, n, device=dev) for _ in range(50)]
+        for label, keep, recheck in (("outputs dropped", False, False), ("outputs kept", True, False),
+                                     ("outputs kept, rechecked", True, True)):
+            mean, best = protocol_us(qr2_op.geqrf, inputs, keep, recheck)
+            rows[f"{tag} table route: QR2 loop, {label} (mean)"] = mean
+            rows[f"{tag} table route: QR2 loop, {label} (best)"] = best
     for k, v in rows.items():
         print(f"{v:9.2f} us  {k}")
     if args.json_out:
