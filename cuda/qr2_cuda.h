@@ -108,8 +108,8 @@ typedef struct qr2_whole_qr_args {
 int qr2_warp_qr_supported(int64_t m, int64_t n);
 int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 
-/* One thread block per matrix, one quad of four lanes per column (a quarter of its rows each): m, n <= 32. */
-#define QR2_QUAD_QR_MAX 32
+/* One thread block per matrix, one quad of four lanes per column (a quarter of its rows each): m, n <= 64. */
+#define QR2_QUAD_QR_MAX 64
 int qr2_quad_qr_supported(int64_t m, int64_t n);
 int qr2_quad_qr(const qr2_whole_qr_args* args, void* stream);
 

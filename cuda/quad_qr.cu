@@ -1,10 +1,10 @@
-// quad_qr.cu - Householder QR of small matrices (m, n <= 32), one thread block per matrix and one quad of four
+// quad_qr.cu - Householder QR of small matrices (m, n <= 64), one thread block per matrix and one quad of four
 // lanes per column: column c lives in lanes 4 (c % 8) .. 4 (c % 8) + 3 of warp c / 8, and lane q of the quad holds
 // rows q, q + 4, q + 8, ... (R of them) in registers.
 //
 // Why quads: with a lane per column (warp_qr.cu) one warp carries every dot of a reflector in its own FMAs, and a
 // step costs ~460 cycles of issue and latency at 32 rows. A quad splits each dot over four lanes, and the columns
-// over ceil(n / 8) warps on different schedulers, so each lane has R = m / 4 rows of FMAs per step, at the price of
+// over ceil(n / 8) warps (up to eight), so each lane has R = m / 4 rows of FMAs per step, at the price of
 // two shuffles per dot and a block barrier per reflector.
 //
 // One step, reflector r: the quad of column r published it (after applying reflector r - 1) into its own slot of
@@ -173,10 +173,10 @@ __device__ __forceinline__ void group_steps(QuadState<R>& st, float* pub, int la
 }
 
 template <int R>
-__global__ void __launch_bounds__(128) quad_qr_kernel(qr2_whole_qr_args a) {
+__global__ void __launch_bounds__(256) quad_qr_kernel(qr2_whole_qr_args a) {
     constexpr int SLOT = QuadSlot<R>::FLOATS;
-    __shared__ __align__(16) float pub[32 * SLOT];
-    __shared__ float warp_max[4];
+    __shared__ __align__(16) float pub[4 * R * SLOT];  // a slot per reflector: K <= m <= 4 R
+    __shared__ float warp_max[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int q = lane & 3, c = 8 * warp + (lane >> 2);
     const int m = a.m, n = a.n, K = m < n ? m : n;
@@ -240,9 +240,10 @@ extern "C" int qr2_quad_qr_supported(int64_t m, int64_t n) {
 
 extern "C" int qr2_quad_qr(const qr2_whole_qr_args* a, void* stream) {
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
-    if (!qr2_quad_qr_supported(a->m, a->n)) return qr2_record_error("quad_qr", "matrix larger than 32 x 32");
+    if (!qr2_quad_qr_supported(a->m, a->n)) return qr2_record_error("quad_qr", "matrix larger than 64 x 64");
     if (a->batch > 0x7fffffff) return qr2_record_error("quad_qr", "more blocks than a grid holds");
     if (a->m <= 8) return launch<2>(a, stream);
     if (a->m <= 16) return launch<4>(a, stream);
-    return launch<8>(a, stream);
+    if (a->m <= 32) return launch<8>(a, stream);
+    return launch<16>(a, stream);
 }

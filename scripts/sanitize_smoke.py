@@ -14,6 +14,7 @@ CASES = [(4, 32, 32), (2, 64, 64), (2, 128, 128), (2, 150, 150), (2, 176, 176), 
 
 # forced routes: shapes the table sends elsewhere at these batch sizes
 FORCED = [("quad_columns", 700, 32, 32), ("quad_columns", 3, 13, 7), ("quad_columns", 3, 5, 30),
+          ("quad_columns", 3, 64, 64), ("quad_columns", 3, 50, 40), ("quad_columns", 3, 20, 64),
           ("warp_columns", 4, 32, 32), ("warp_columns", 2, 64, 64), ("warp_columns", 3, 90, 20),
           ("warp_columns", 300, 40, 40), ("block_columns", 2, 176, 176), ("block_columns", 2, 100, 60),
           ("block_columns", 2, 60, 130), ("block_columns", 2, 99, 131), ("block_columns_cluster2", 2, 176, 176),

@@ -1,5 +1,5 @@
-"""cuda/quad_qr.cu: whole small matrices (m, n <= 32) factored by one thread block each, a quad of four lanes per
-column (route `quad_columns`, forced here so that every case reaches the kernel)."""
+"""cuda/quad_qr.cu: whole small matrices (m, n <= 64) factored by one thread block each, a quad of four lanes per
+column (route `quad_columns`, forced here so that every case reaches the kernel; the table sends it m, n <= 32)."""
 import pytest
 import torch
 
@@ -31,24 +31,24 @@ def test_the_table_sends_up_to_640_small_matrices_here():
         assert qr2_op.route_for(m, n, 20) != ROUTE, (m, n)
 
 
-def test_holds_exactly_the_matrices_up_to_32_by_32():
-    for m, n in [(1, 1), (32, 32), (32, 1), (1, 32), (8, 8), (9, 31)]:
+def test_holds_exactly_the_matrices_up_to_64_by_64():
+    for m, n in [(1, 1), (64, 64), (64, 1), (1, 64), (8, 8), (9, 31), (33, 32)]:
         assert qr2_op._route_holds(ROUTE, m, n), (m, n)
-    for m, n in [(33, 32), (32, 33), (64, 1)]:
+    for m, n in [(65, 64), (64, 65), (65, 1)]:
         assert not qr2_op._route_holds(ROUTE, m, n), (m, n)
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
-@pytest.mark.parametrize("n", [8, 16, 32], ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("n", [8, 16, 32, 64], ids=lambda n: f"n{n}")
 def test_every_profile(n, case):
     for cond in (1, 1000):  # 1000: columns fall below FP32's range (subnormal and zero columns)
         check(generate_input(batch=12, n=n, cond=cond, seed=n + len(case), case=case))
 
 
-# every row count of the three instantiations (rows per lane 2, 4, 8) and every column count of 1-4 warps
-SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 24, 25, 31, 32)] + [
+# every row count of the four instantiations (rows per lane 2, 4, 8, 16) and every column count of 1-8 warps
+SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 24, 25, 31, 32, 33, 40, 47, 48, 57, 63, 64)] + [
     (32, 1), (1, 32), (32, 9), (9, 32), (2, 9), (9, 2), (16, 32), (32, 16), (31, 17), (17, 31), (5, 24), (27, 3),
-    (8, 32), (32, 8), (30, 29)]
+    (8, 32), (32, 8), (30, 29), (64, 1), (1, 64), (64, 33), (33, 64), (8, 64), (64, 8), (40, 50), (50, 40)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -57,9 +57,12 @@ def test_shapes(shape):
     check(torch.randn(5, *shape, device="cuda"))
 
 
-def test_every_shape_up_to_32_by_32():
+def test_every_shape_up_to_32_by_32_and_the_rows_and_columns_up_to_64():
     for m in range(1, 33):
         for n in range(1, 33):
+            check(torch.randn(2, m, n, device="cuda"))
+    for k in range(33, 65):
+        for m, n in [(k, k), (k, 32), (32, k), (k, 5), (5, k)]:
             check(torch.randn(2, m, n, device="cuda"))
 
 
@@ -67,7 +70,7 @@ def test_tails_too_small_for_fp32_squares():
     """Column tails 1e-17 below the matrix's largest entry: their FP32 sums of squares fall below the kernel's 2^-100,
     so every reflector takes the FP64 path, which rescales v in shared memory (square, wide, tall; one warp or
     several)."""
-    for m, n in [(32, 32), (9, 32), (32, 9), (16, 16), (5, 7)]:
+    for m, n in [(32, 32), (9, 32), (32, 9), (16, 16), (5, 7), (64, 64), (40, 64)]:
         A = torch.randn(4, m, n, device="cuda")
         A = torch.triu(A) + 1e-17 * torch.tril(A, -1)  # every tail stays ~1e-17: tau ~1e-33, still an FP32 normal
         H, tau = whole_matrix.factor(A)
@@ -79,6 +82,7 @@ def test_tails_too_small_for_fp32_squares():
 def test_batch_sizes(batch):
     check(torch.randn(batch, 32, 32, device="cuda"))
     check(torch.randn(batch, 13, 7, device="cuda"))
+    check(torch.randn(batch, 64, 64, device="cuda"))
 
 
 def test_strided_inputs_are_read_in_place():
@@ -92,15 +96,17 @@ def test_strided_inputs_are_read_in_place():
 
 
 def test_first_call_of_a_process():
-    whole_matrix.first_call_of_a_process(ROUTE, (3, 32, 32))
+    whole_matrix.first_call_of_a_process(ROUTE, (3, 64, 64))
 
 
-def test_lapack_conventions_match_torch():
-    whole_matrix.lapack_conventions_match_torch(32)
+@pytest.mark.parametrize("n", [32, 64])
+def test_lapack_conventions_match_torch(n):
+    whole_matrix.lapack_conventions_match_torch(n)
 
 
 def test_zero_and_triangular_inputs():
     whole_matrix.zero_and_triangular_inputs(32, 30, [0, 17, 29])
+    whole_matrix.zero_and_triangular_inputs(64, 60, [0, 17, 59])
 
 
 @pytest.mark.parametrize("scale", [1e-38, 1e-30, 1e30, 1e36], ids=str)
@@ -110,12 +116,14 @@ def test_tiny_and_huge_values(scale):
 
 def test_rows_scaled_over_many_decades():
     check(torch.randn(4, 32, 32, device="cuda") * torch.logspace(-15, 15, 32, device="cuda")[:, None])
+    check(torch.randn(4, 64, 64, device="cuda") * torch.logspace(-15, 15, 64, device="cuda")[:, None])
     check(torch.randn(4, 32, 20, device="cuda") * torch.logspace(-15, 15, 32, device="cuda")[:, None])
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
 def test_nan_and_inf_stay_in_their_matrix(bad):
     whole_matrix.nan_and_inf_stay_in_their_matrix(300, 32, bad)
+    whole_matrix.nan_and_inf_stay_in_their_matrix(300, 64, bad)
 
 
 def test_one_kernel_per_call():
@@ -130,3 +138,4 @@ def test_repeatable_bit_for_bit():
     """Reflectors pass between warps through shared memory, ordered by one block barrier per reflector; a missed
     synchronisation would show up as run-to-run differences."""
     whole_matrix.repeatable_bit_for_bit((300, 32, 32))
+    whole_matrix.repeatable_bit_for_bit((300, 64, 64))
