@@ -16,7 +16,7 @@ static const qr2_route routes[] = {
      * `warp_columns` (kernel 7.8 against 10.4), 1 x 32 x 32 8.7 against 11.8, 640 x 32 x 32 13.7 against 14.4,
      * 20 x 16 x 16 kernel 4.4 against 5.2, 20 x 8 x 8 2.8 against 3.4. Past 640 its four warps a matrix cost
      * more than they save: 1000 x 32 x 32 18.0 against 14.4 us, 3000 x 32 x 32 45.1 against 31.3 */
-    {"quad_columns", QR2_ROUTE_QUAD, QR2_QUAD_QR_MAX, 0, QR2_QUAD_QR_MAX, 0, 640, 0, 0, 1,
+    {"quad_columns", QR2_ROUTE_QUAD, 32, 0, 32, 0, 640, 0, 0, 1,
      "small matrices (m, n <= 32) factored whole by one thread block each, a quad of four lanes per column (a "
      "quarter of its rows each): every lane computes the scalars from the published column, two shuffles per dot, "
      "one block barrier per reflector"},
@@ -41,6 +41,13 @@ static const qr2_route routes[] = {
     {"warp_columns_many_n64", QR2_ROUTE_WARP, 0, 49, QR2_WARP_QR_MAX_N, 529, 0, 0, 0, 1,
      "the `warp_columns` kernel for batches of more than 528 matrices of 49 <= n <= 64 with m <= 64 (two lanes "
      "per column, several matrices per block)"},
+    /* 33 <= n <= 64 (m <= 64) up to one block per SM. Fifteenth session (H200, routes forced in one run; per call as
+     * the benchmark times it / kernel alone by CUDA-graph replay): 20 x 64 x 64 21.7 / 20.5 us against 23.2 / 22.0
+     * for `block_columns`, 20 x 40 x 40 14.3 / 13.1 against 15.5 / 14.2, 1 x 56 x 56 19.2 against 20.9; even at 132
+     * (132 x 48 x 48 18.1 against 17.9); past one wave one block per matrix costs more: 264 x 64 x 64 32.6 against
+     * 26.0, 640 x 48 x 48 50.1 against 26.3 */
+    {"quad_columns_n64", QR2_ROUTE_QUAD, QR2_QUAD_QR_MAX, 33, QR2_QUAD_QR_MAX, 0, 132, 0, 0, 1,
+     "the `quad_columns` kernel for 33 <= n <= 64 (m <= 64) up to 132 matrices: 16 rows a lane, up to eight warps"},
     /* 17 <= n <= 176 at every batch (m <= 176; the warp routes keep their shapes). Twelfth session, per call, routes
      * forced in one run: n 33-39 at batch 1-132 12.9-14.8 us against 17.6-20.9 for `registers`; n 17-32 with
      * m > 32: 40 x 176 x 32 28.6 against 37.7, 500 x 176 x 32 37.7 against 80.8 (`registers_many_small`),
