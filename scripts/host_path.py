@@ -2,8 +2,11 @@
 
 Prints wall time per call (host issue rate, 20k calls) of the op and of reference points, then the GPU time
 per call as the benchmark measures it (CUDA events around 50 back-to-back calls) and the kernel alone
-(the same 50 calls replayed from a CUDA graph), and QR2's timed loop three ways: outputs dropped at once, outputs kept
-as QR2 keeps them (the previous repeat's alive during the next), and kept with QR2's recheck between repeats."""
+(the same 50 calls replayed from a CUDA graph), and QR2's timed loop several ways, for the empty kernel and the table's
+route: outputs dropped at once, outputs kept as QR2 keeps them (the previous repeat's alive during the next), kept with
+QR2's recheck between repeats, kept with an idle sleep as long as the recheck, and the last two with the GPU kept busy
+before the L2 flush; each with the SM clock read right after the calls. (The GPU slows down while it idles between
+repeats: the recheck's cost to the next repeat is its idle time, not its work.)"""
 import argparse
 import json
 import os
@@ -58,11 +61,24 @@ def graph_us(fn, calls=50, reps=200):
     return event_us(g.replay, calls=1, reps=reps) / calls
 
 
-def protocol_us(fn, inputs, keep, recheck, reps=60):
-    """QR2's timed loop (L2 flush, events around one call per input): (mean after 5 warm-up repeats, best)."""
-    outputs, times = None, []
+def clock_mhz(cycles=100_000):
+    """The SM clock now: a fixed-cycle spin kernel timed by events (~50 us at 1980 MHz, so the events add little)."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    torch.cuda._sleep(cycles)
+    e.record()
+    e.synchronize()
+    return cycles / (s.elapsed_time(e) * 1e3)
+
+
+def protocol_us(fn, inputs, keep, between=None, busy_before_flush=False, reps=40):
+    """QR2's timed loop (L2 flush, events around one call per input), `between(inputs, outputs)` run between repeats:
+    (mean after 5 warm-up repeats, best, mean SM clock in MHz right after the calls)."""
+    outputs, times, clocks = None, [], []
     for _ in range(reps):
         torch.cuda.synchronize()
+        if busy_before_flush:  # keeps the GPU awake, and lets the calls queue behind it: device time at a warm clock
+            torch.cuda._sleep(2_000_000)
         flush = torch.empty((32, 1024, 1024), dtype=torch.int64, device="cuda")
         flush.fill_(42)
         del flush
@@ -77,10 +93,38 @@ def protocol_us(fn, inputs, keep, recheck, reps=60):
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) * 1e3 / len(inputs))
-        if recheck:
-            assert all(check_implementation(A, out)[0] for A, out in zip(inputs, new))
+        clocks.append(clock_mhz())
+        if between is not None:
+            between(inputs, new)
         outputs = new  # noqa: F841 (kept alive until the next repeat's calls return, as QR2 does)
-    return statistics.mean(times[5:]), min(times)
+    return statistics.mean(times[5:]), min(times), statistics.mean(clocks[5:])
+
+
+def protocol_rows(tag, inputs, rows, outputs_valid=True):
+    """QR2's loop with outputs dropped, kept, kept and rechecked, and kept with an idle sleep as long as the recheck;
+    the last two also with the GPU kept busy before the flush. outputs_valid=False (the empty kernel): the recheck
+    runs for its time only."""
+
+    def recheck(inputs, outputs):
+        ok = [check_implementation(A, out)[0] for A, out in zip(inputs, outputs)]
+        assert all(ok) or not outputs_valid, "an output failed QR2's checker"
+
+    t0 = time.perf_counter()
+    recheck(inputs, [qr2_op.geqrf(A) for A in inputs])
+    idle_s = time.perf_counter() - t0
+
+    def idle(_inputs, _outputs):
+        time.sleep(idle_s)
+
+    for label, keep, between, busy in (("outputs dropped", False, None, False), ("outputs kept", True, None, False),
+                                       ("outputs kept, rechecked", True, recheck, False),
+                                       (f"outputs kept, idle {idle_s * 1e3:.0f} ms", True, idle, False),
+                                       ("outputs kept, rechecked, GPU busy before the flush", True, recheck, True),
+                                       ("outputs kept, idle, GPU busy before the flush", True, idle, True)):
+        mean, best, clock = protocol_us(qr2_op.geqrf, inputs, keep, between, busy)
+        rows[f"{tag}: QR2 loop, {label} (mean)"] = mean
+        rows[f"{tag}: QR2 loop, {label} (best)"] = best
+        rows[f"{tag}: QR2 loop, {label} (SM MHz after the calls)"] = clock
 
 
 def main():
@@ -113,15 +157,13 @@ def main():
                 rows[f"{name}: wall, inference_mode"] = wall_us(lambda: op(A), calls=5000)
             rows[f"{name}: events"] = event_us(lambda: qr2_op.geqrf(A))
             rows[f"{name}: graph replay (device only)"] = graph_us(lambda: op(A))
-        qr2_op._force_route(None)
         inputs = [torch.randn(b, m, n, device=dev) for _ in range(50)]
-        for label, keep, recheck in (("outputs dropped", False, False), ("outputs kept", True, False),
-                                     ("outputs kept, rechecked", True, True)):
-            mean, best = protocol_us(qr2_op.geqrf, inputs, keep, recheck)
-            rows[f"{tag} table route: QR2 loop, {label} (mean)"] = mean
-            rows[f"{tag} table route: QR2 loop, {label} (best)"] = best
+        for route in ("empty_kernel", None):
+            qr2_op._force_route(route)
+            protocol_rows(f"{tag} {route or 'table route'}", inputs, rows, outputs_valid=route is None)
+        qr2_op._force_route(None)
     for k, v in rows.items():
-        print(f"{v:9.2f} us  {k}")
+        print(f"{v:9.2f} {'MHz' if 'MHz' in k else 'us '}  {k}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"rows": rows}, f, indent=1)

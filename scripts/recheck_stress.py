@@ -1,0 +1,80 @@
+"""QR2's timed loop with the recheck, many repeats: every output checked, any failure diagnosed (development aid).
+
+    python scripts/recheck_stress.py [SETS,REPEATS,BATCH,M,N ...]     (default 6,60,20,32,32)
+
+Each set draws 50 fresh random inputs, runs 20 unchecked repeats, then REPEATS repeats of 50 calls (L2 flush, outputs
+of the previous repeat kept alive, a clock probe after the calls), checking every output against QR2's gates. A failing
+output is compared with a fresh call on the same input (same bits: a wrong but deterministic result; different: a
+race) and the input checked unchanged; the first failure is saved to $OUT/recheck_fail.pt.
+"""
+import os
+import sys
+import time
+
+import torch
+
+import qr2_op
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from reference import check_implementation  # noqa: E402
+
+
+def clock_probe():
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    torch.cuda._sleep(20000)
+    e.record()
+    e.synchronize()
+
+
+def diagnose(rep, i, msg, A, A0, out):
+    H, tau = out
+    H2, tau2 = qr2_op.geqrf(A)
+    dH = (H - H2).abs()
+    bad = (dH > 0).nonzero()
+    print(f"repeat {rep} input {i}: {msg}; differs from a fresh call in {bad.shape[0]} entries of H (max "
+          f"{dH.max().item():.3g}, first {bad[:8].tolist()}), tau by {(tau - tau2).abs().max().item():.3g}; input "
+          f"unchanged: {torch.equal(A, A0)}; the fresh call passes: {check_implementation(A, (H2, tau2))[0]}",
+          flush=True)
+    return {"A": A.cpu(), "H": H.cpu(), "tau": tau.cpu(), "H2": H2.cpu(), "tau2": tau2.cpu()}
+
+
+def one_set(repeats, b, m, n):
+    inputs = [torch.randn(b, m, n, device="cuda") for _ in range(50)]
+    originals = [A.clone() for A in inputs]
+    outputs, failures, t0 = None, 0, time.time()
+    for _ in range(20):
+        torch.cuda.synchronize()
+        outputs = [qr2_op.geqrf(A) for A in inputs]
+    for rep in range(repeats):
+        torch.cuda.synchronize()
+        flush = torch.empty((32, 1024, 1024), dtype=torch.int64, device="cuda")
+        flush.fill_(42)
+        del flush
+        new = [qr2_op.geqrf(A) for A in inputs]
+        torch.cuda.synchronize()
+        clock_probe()
+        for i, (A, out) in enumerate(zip(inputs, new)):
+            ok, msg = check_implementation(A, out)
+            if not ok:
+                failures += 1
+                saved = diagnose(rep, i, msg, A, originals[i], out)
+                if failures == 1:
+                    torch.save(saved, os.path.join(os.environ.get("OUT", "."), "recheck_fail.pt"))
+        outputs = new  # noqa: F841 (alive until the next repeat's calls return, as QR2 keeps them)
+    print(f"{b}x{m}x{n} ({qr2_op.route_for(m, n, b)}): {repeats} repeats x 50 outputs checked, {failures} failures, "
+          f"{time.time() - t0:.1f} s", flush=True)
+    return failures
+
+
+def main():
+    total = 0
+    for spec in sys.argv[1:] or ["6,60,20,32,32"]:
+        sets, repeats, b, m, n = (int(v) for v in spec.split(","))
+        for _ in range(sets):
+            total += one_set(repeats, b, m, n)
+    sys.exit(1 if total else 0)
+
+
+if __name__ == "__main__":
+    main()
