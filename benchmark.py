@@ -450,11 +450,16 @@ def footer_lines(totals: dict, impls: list[str], n_cases: int, timed: bool) -> l
 
 
 def git_commit() -> str | None:
+    """HEAD, with "-dirty" when tracked files differ from it (a copied working tree need not be at its HEAD)."""
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10)
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                                 capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("-dirty" if changed.returncode == 0 and changed.stdout.strip() else "")
 
 
 def environment(device: str, mode: str, argv: list[str]) -> dict:
@@ -474,7 +479,8 @@ def environment(device: str, mode: str, argv: list[str]) -> dict:
 
 
 def environment_line(env: dict) -> str:
-    commit = (env["commit"] or "unknown")[:12]
+    commit = env["commit"] or "unknown"
+    commit = commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
     gpu = env["gpu"] if env["device"] == "cuda" else "none (CPU run)"
     return f"environment: GPU {gpu} | torch {env['torch']} | CUDA {env['cuda']} | commit {commit} | host {env['hostname']} | {env['date']}"
 
