@@ -129,7 +129,8 @@ def protocol_rows(tag, inputs, rows, outputs_valid=True):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--shapes", default="20,32,32;40,176,176")
+    p.add_argument("--shapes", default="20,32,32",
+                   help="batch,m,n;... (QR2's loop rechecks 50 outputs a repeat: keep them small)")
     p.add_argument("--json-out")
     args = p.parse_args()
     op = torch.ops.qr2.geqrf.default
