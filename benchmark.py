@@ -18,12 +18,17 @@ iteration is its elapsed time divided by the number of inputs. Timing stops afte
 iterations and 0.1 s once the relative standard error is under 0.1 %, the summed time passes the
 budget, or 120 s of wall time have gone by.
 
+``--floor`` adds a third row per case: ``qr2_op.geqrf`` with its route forced to qr2's empty kernel, timed in the
+same loop (the recheck runs too, for its time, without a verdict). That is the floor of a call: the op's host path and
+one launch, under QR2's protocol.
+
 Without a CUDA device (or with ``--cpu``) everything runs on the CPU with ``time.perf_counter_ns``
 and no cache flush; the output then says these are CPU timings.
 
 Examples::
 
     python benchmark.py --mode leaderboard --compare --torch-max-repeats 3 --json-out lb.json
+    python benchmark.py --mode leaderboard --compare --floor --case 20,32,1,dense,43214
     python benchmark.py --mode test
     python benchmark.py --cpu --case 2,16,1,dense,1 --case 3,24,0,rankdef,5 --compare --max-repeats 3
 
@@ -33,6 +38,7 @@ Exit status: 0 when every case (or test) passed its check, 1 otherwise, 2 for ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -143,8 +149,28 @@ IMPLS: dict[str, Callable[[], Callable]] = {
     "qr2": _qr2_geqrf,
     "torch": lambda: torch.geqrf,
     "broken-for-tests": lambda: _broken_geqrf,
+    "floor": _qr2_geqrf,  # --floor: qr2_op.geqrf with its route forced to the empty kernel (see run_benchmark_case)
 }
 PUBLIC_IMPLS = ("qr2", "torch")
+# Implementations timed but not judged: their outputs are checked for the checker's time only (QR2's loop must run
+# it between repeats), never for a verdict, and they stay out of the pass count and the speedups.
+UNJUDGED_IMPLS = ("floor",)
+
+
+@contextlib.contextmanager
+def impl_setup(impl: str):
+    """The floor: every call of qr2_op.geqrf launches qr2's empty kernel instead of a factorisation, so its time is
+    the op's host path and one launch, measured exactly as the real calls are."""
+    if impl != "floor":
+        yield
+        return
+    import qr2_op
+
+    qr2_op._force_route("empty_kernel")
+    try:
+        yield
+    finally:
+        qr2_op._force_route(None)
 
 # ---------------------------------------------------------------------------------------------
 # Statistics and the stop rule
@@ -231,7 +257,7 @@ def time_iteration(fn: Callable, inputs: list[torch.Tensor], device: str) -> tup
 @dataclasses.dataclass
 class CaseResult:
     impl: str
-    status: str  # "pass", "fail" or "skipped"
+    status: str  # "pass", "fail", "skipped", or "unjudged" (timed, outputs not judged: UNJUDGED_IMPLS)
     stats: Stats | None = None
     message: str = ""  # the failure, or the last passing check's message
     residuals: dict = dataclasses.field(default_factory=dict)  # worst scaled residuals seen
@@ -241,16 +267,26 @@ class CaseResult:
     def passed(self) -> bool:
         return self.status == "pass"
 
+    @property
+    def timed(self) -> bool:
+        """Has times to report: passed, or ran unjudged."""
+        return self.stats is not None and self.status in ("pass", "unjudged")
+
 
 class Checker:
-    """Checks outputs, remembers the first failure and the worst of each scaled residual."""
+    """Checks outputs, remembers the first failure and the worst of each scaled residual. An unjudged checker runs
+    the same check for its time only and always answers True."""
 
-    def __init__(self, result: CaseResult):
+    def __init__(self, result: CaseResult, judged: bool = True):
         self.result = result
+        self.judged = judged
 
     def check(self, A: torch.Tensor, output) -> bool:
         ok, message = check_implementation(A, output)
         self.result.checks += 1
+        if not self.judged:
+            self.result.message = "not judged: the empty kernel's outputs are not a factorisation"
+            return True
         self.result.message = message
         if not ok:
             self.result.status = "fail"
@@ -288,28 +324,35 @@ def run_benchmark_case(
     impl: str, fn: Callable, case: Case, device: str, *, recheck: bool, max_repeats: int, budget_ns: float
 ) -> CaseResult:
     """Benchmark and leaderboard modes: QR2's timed loop for one case (see the module docstring)."""
-    result = CaseResult(impl, "pass")
-    checker = Checker(result)
+    judged = impl not in UNJUDGED_IMPLS
+    result = CaseResult(impl, "pass" if judged else "unjudged")
+    checker = Checker(result, judged)
     try:
-        inputs = make_inputs(case, device)
-        originals = [A.clone() for A in inputs]
-        outputs = [fn(A.clone()) for A in inputs]
-        if not all(checker.check(A, out) for A, out in zip(originals, outputs)):
-            return result
-
-        durations: list[float] = []
-        started = time.perf_counter_ns()
-        for iteration in range(max_repeats):
-            per_call_ns, outputs = time_iteration(fn, inputs, device)
-            durations.append(per_call_ns)
-            # As in QR2, the previous outputs stay alive until the next iteration's calls return.
-            if recheck and not all(checker.check(A, out) for A, out in zip(originals, outputs)):
-                return result
-            if should_stop(iteration, time.perf_counter_ns() - started, durations, budget_ns):
-                break
-        result.stats = calculate_stats(durations)
+        with impl_setup(impl):
+            return _timed_loop(fn, case, device, result, checker, recheck, max_repeats, budget_ns)
     except Exception as exc:
         result.status, result.stats, result.message = "fail", None, f"raised {type(exc).__name__}: {exc}"
+    return result
+
+
+def _timed_loop(fn, case, device, result, checker, recheck, max_repeats, budget_ns) -> CaseResult:
+    inputs = make_inputs(case, device)
+    originals = [A.clone() for A in inputs]
+    outputs = [fn(A.clone()) for A in inputs]
+    if not all(checker.check(A, out) for A, out in zip(originals, outputs)):
+        return result
+
+    durations: list[float] = []
+    started = time.perf_counter_ns()
+    for iteration in range(max_repeats):
+        per_call_ns, outputs = time_iteration(fn, inputs, device)
+        durations.append(per_call_ns)
+        # As in QR2, the previous outputs stay alive until the next iteration's calls return.
+        if recheck and not all(checker.check(A, out) for A, out in zip(originals, outputs)):
+            return result
+        if should_stop(iteration, time.perf_counter_ns() - started, durations, budget_ns):
+            break
+    result.stats = calculate_stats(durations)
     return result
 
 
@@ -349,12 +392,14 @@ def progress_line(index: int, total: int, case: Case, result: CaseResult) -> str
     if result.status == "skipped":
         return f"{head} skipped: {result.message}"
     residuals = f"factor={format_residual(result, 'factor')} orth={format_residual(result, 'orthogonality')}"
+    if result.status == "unjudged":
+        residuals = "(outputs not judged)"
     s = result.stats
     if s is None:  # test mode
         return f"{head} pass  {residuals}"
     return (
         f"{head} mean {format_time(s.mean)}  std {format_time(s.std)}  best {format_time(s.best)}  "
-        f"worst {format_time(s.worst)}  runs {s.runs}  pass  {residuals}"
+        f"worst {format_time(s.worst)}  runs {s.runs}  {result.status}  {residuals}"
     )
 
 
@@ -389,11 +434,11 @@ def results_table(cases: list[Case], table: list[dict[str, CaseResult]], impls: 
                 continue
             values = [str(index) if position == 0 else "", case.label if position == 0 else "", impl]
             if timed:
-                s = result.stats if result.passed else None
+                s = result.stats if result.timed else None
                 values += [format_time(s.mean) if s else "-", format_time(s.std) if s else "-",
                            format_time(s.best) if s else "-", format_time(s.worst) if s else "-",
                            str(s.runs) if s else "-"]
-            verdict = {"pass": "pass", "fail": "FAIL"}.get(result.status, result.status)
+            verdict = {"pass": "pass", "fail": "FAIL", "unjudged": "-"}.get(result.status, result.status)
             values += [verdict, format_residual(result, "factor"), format_residual(result, "orthogonality"),
                        format_residual(result, "reconstruction")]
             if timed and comparing:
@@ -412,11 +457,12 @@ def summary(cases: list[Case], table: list[dict[str, CaseResult]], impls: list[s
         passed = sum(r.passed for r in ran)
         entry = {"cases": len(cases), "passed": passed, "failed": failed}
         if timed:
-            means = [r.stats.mean for r in ran if r.passed and r.stats]
+            means = [r.stats.mean for r in ran if r.timed]
             entry["geomean_ns"] = geometric_mean(means)
             entry["geomean_cases"] = len(means)
         out["impls"][impl] = entry
-        out["passed"] = out["passed"] and failed == 0 and passed == len(cases)
+        complete = sum(r.timed for r in ran) if impl in UNJUDGED_IMPLS else passed
+        out["passed"] = out["passed"] and failed == 0 and complete == len(cases)
     if timed and "torch" in impls and len(impls) > 1:
         ratios = [r for r in (speedup(results, impls[0]) for results in table) if r is not None]
         out["geomean_speedup"] = geometric_mean(ratios)
@@ -487,7 +533,7 @@ def environment_line(env: dict) -> str:
 
 def result_json(result: CaseResult) -> dict:
     entry = {"status": result.status, "message": result.message, "checks": result.checks, "residuals": result.residuals}
-    if result.stats is not None and result.passed:
+    if result.timed:
         entry.update({f"{k}_ns" if k != "runs" else k: v for k, v in dataclasses.asdict(result.stats).items()})
     return entry
 
@@ -533,7 +579,7 @@ def write_plot(path: str, cases: list[Case], table, impls: list[str], env: dict)
         xs, ys = [], []
         for i, results in enumerate(table):
             r = results.get(impl)
-            if r is not None and r.passed and r.stats is not None:
+            if r is not None and r.timed:
                 xs.append(i + (k - (len(impls) - 1) / 2) * width)
                 ys.append(r.stats.mean / 1e3)
         ax.bar(xs, ys, width=width, label=impl)
@@ -570,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-repeats", type=int, metavar="N", help="cap the timed repeats of every run")
     p.add_argument("--torch-max-repeats", type=int, metavar="N",
                    help="cap the repeats of torch.geqrf runs (default: as --max-repeats / the mode's)")
+    p.add_argument("--floor", action="store_true",
+                   help="time the floor too: qr2_op.geqrf launching an empty kernel instead of a factorisation, in the "
+                        "same loop (its outputs checked for the checker's time only; GPU, benchmark and leaderboard)")
     p.add_argument("--secret-seed", type=int, metavar="S", help="remap every case seed as QR2's POPCORN_SEED does")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
     p.add_argument("--json-out", metavar="PATH", help="write every statistic and the environment as JSON")
@@ -584,6 +633,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--impl must be one of {', '.join(PUBLIC_IMPLS)}")
     if args.compare and args.impl == "torch":
         parser.error("--compare times --impl against torch; leave --impl at qr2")
+    if args.floor and (args.mode == "test" or args.cpu or not torch.cuda.is_available()):
+        parser.error("--floor times qr2's empty kernel: it needs a CUDA device and a timed mode "
+                     "(benchmark, leaderboard)")
     for flag in ("max_repeats", "torch_max_repeats"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
@@ -654,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
-    impls = [args.impl, "torch"] if args.compare else [args.impl]
+    impls = ([args.impl, "torch"] if args.compare else [args.impl]) + (["floor"] if args.floor else [])
     fns = {impl: IMPLS[impl]() for impl in impls}
     cases = apply_secret_seed(args.cases or default_cases(args.mode), args.secret_seed)
     timed = args.mode != "test"

@@ -14,6 +14,7 @@ sys.path.insert(0, ROOT)
 
 import benchmark  # noqa: E402
 import reference  # noqa: E402
+from conftest import requires_cuda  # noqa: E402
 
 TINY = ["--cpu", "--max-repeats", "3", "--case", "2,16,1,dense,1", "--case", "3,12,0,rankdef,5"]
 
@@ -122,7 +123,7 @@ def test_leaderboard_stops_at_first_failure(capsys):
 
 def test_bad_arguments_exit_2(capsys):
     for bad in (["--case", "1,2,3"], ["--case", "2,8,1,nosuch,1"], ["--impl", "nosuch"],
-                ["--impl", "torch", "--compare"], ["--max-repeats", "0"]):
+                ["--impl", "torch", "--compare"], ["--max-repeats", "0"], ["--floor"], ["--floor", "--mode", "test"]):
         with pytest.raises(SystemExit) as exc:
             benchmark.main(["--cpu", *bad])
         assert exc.value.code == 2
@@ -232,3 +233,66 @@ def test_plot(tmp_path, capsys):
                          "--plot", str(path))
     assert code == 0, out
     assert path.stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The floor (--floor): timed, never judged
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unjudged_checker_runs_the_check_and_answers_true():
+    A = torch.randn(2, 8, 8, dtype=torch.float32)
+    garbage = (torch.zeros(2, 8, 8), torch.ones(2, 8))
+    judged = benchmark.CaseResult("qr2", "pass")
+    assert not benchmark.Checker(judged).check(A, garbage) and judged.status == "fail"
+    unjudged = benchmark.CaseResult("floor", "unjudged")
+    checker = benchmark.Checker(unjudged, judged=False)
+    assert checker.check(A, garbage) and checker.check(A, garbage)
+    assert unjudged.status == "unjudged" and unjudged.checks == 2 and unjudged.residuals == {}
+
+
+def test_summary_counts_the_floor_apart():
+    cases = [benchmark.parse_case("2,8,1,dense,1")]
+    stats = benchmark.calculate_stats([2000.0, 2200.0, 2100.0])
+    floor = benchmark.calculate_stats([1000.0, 1100.0, 1050.0])
+    table = [{"qr2": benchmark.CaseResult("qr2", "pass", stats=stats),
+              "torch": benchmark.CaseResult("torch", "pass", stats=stats),
+              "floor": benchmark.CaseResult("floor", "unjudged", stats=floor)}]
+    totals = benchmark.summary(cases, table, ["qr2", "torch", "floor"], timed=True)
+    assert totals["passed"]
+    assert totals["impls"]["floor"]["geomean_ns"] == pytest.approx(floor.mean)
+    assert totals["geomean_speedup"] == pytest.approx(1.0)  # qr2 against torch: the floor takes no part
+    text = benchmark.results_table(cases, table, ["qr2", "torch", "floor"], timed=True)
+    floor_row = next(line for line in text.splitlines() if " floor " in f" {line} ")
+    assert benchmark.format_time(floor.mean) in floor_row and "pass" not in floor_row
+    table[0]["floor"] = benchmark.CaseResult("floor", "fail", message="raised RuntimeError: x")
+    assert not benchmark.summary(cases, table, ["qr2", "torch", "floor"], timed=True)["passed"]
+
+
+@requires_cuda
+def test_floor_runs_the_empty_kernel_and_restores_the_table(capsys, tmp_path):
+    import qr2_op
+
+    path = tmp_path / "floor.json"
+    code, out = run_main(capsys, "--mode", "benchmark", "--compare", "--floor", "--max-repeats", "3",
+                         "--torch-max-repeats", "2", "--case", "4,16,1,dense,3", "--json-out", str(path))
+    assert code == 0, out
+    report = json.loads(path.read_text())
+    assert report["impls"] == ["qr2", "torch", "floor"]
+    floor = report["cases"][0]["results"]["floor"]
+    assert floor["status"] == "unjudged" and floor["runs"] >= 3 and floor["mean_ns"] > 0 and floor["checks"] > 0
+    assert report["cases"][0]["results"]["qr2"]["status"] == "pass"
+    # the forced route is cleared: the op factors again
+    A = torch.randn(4, 16, 16, device="cuda")
+    assert reference.check_implementation(A, qr2_op.geqrf(A))[0]
+    # while the floor is set up, a call launches the empty kernel and nothing else
+    with benchmark.impl_setup("floor"):
+        qr2_op.geqrf(A)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            H, tau = qr2_op.geqrf(A)
+            torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "empty_kernel" in kernels[0], kernels
+    assert H.shape == A.shape and tau.shape == (4, 16)
+    assert reference.check_implementation(A, qr2_op.geqrf(A))[0]
