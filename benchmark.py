@@ -282,11 +282,16 @@ class Checker:
         self.judged = judged
 
     def check(self, A: torch.Tensor, output) -> bool:
-        ok, message = check_implementation(A, output)
-        self.result.checks += 1
-        if not self.judged:
+        if not self.judged:  # uninitialised outputs: whatever the checker makes of them, only its time counts
+            try:
+                check_implementation(A, output)
+            except Exception:  # noqa: BLE001
+                pass
+            self.result.checks += 1
             self.result.message = "not judged: the empty kernel's outputs are not a factorisation"
             return True
+        ok, message = check_implementation(A, output)
+        self.result.checks += 1
         self.result.message = message
         if not ok:
             self.result.status = "fail"
