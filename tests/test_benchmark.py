@@ -266,7 +266,47 @@ def test_summary_counts_the_floor_apart():
     floor_row = next(line for line in text.splitlines() if " floor " in f" {line} ")
     assert benchmark.format_time(floor.mean) in floor_row and "pass" not in floor_row
     table[0]["floor"] = benchmark.CaseResult("floor", "fail", message="raised RuntimeError: x")
+    totals = benchmark.summary(cases, table, ["qr2", "torch", "floor"], timed=True)
+    assert totals["passed"] and totals["impls"]["floor"]["failed"] == 1  # reported, not a verdict
+    table[0]["qr2"] = benchmark.CaseResult("qr2", "fail", message="wrong")
     assert not benchmark.summary(cases, table, ["qr2", "torch", "floor"], timed=True)["passed"]
+
+
+def test_the_floor_is_not_an_implementation_to_pick(capsys):
+    with pytest.raises(SystemExit) as exc:
+        benchmark.main(["--cpu", "--impl", "floor"])
+    assert exc.value.code == 2
+
+
+def test_leaderboard_stops_the_floor_with_the_last_judged_implementation(capsys):
+    args = benchmark.parse_args(["--cpu", "--mode", "leaderboard", "--max-repeats", "2"])
+    cases = [benchmark.parse_case(f"2,8,1,dense,{seed}") for seed in (1, 2, 3)]
+    fns = {"broken-for-tests": benchmark._broken_geqrf, "floor": torch.geqrf}
+    table = benchmark.run_cases(fns, cases, "cpu", "leaderboard", args)
+    assert table[0]["broken-for-tests"].status == "fail"
+    assert table[0]["floor"].status == "skipped"  # the run has stopped: no floor for it either
+    for later in table[1:]:
+        assert later["broken-for-tests"].status == "skipped" and later["floor"].status == "skipped"
+    fns = {"torch": torch.geqrf, "floor": torch.geqrf}  # nothing fails: the floor runs every case
+    table = benchmark.run_cases(fns, cases, "cpu", "leaderboard", args)
+    assert all(row["floor"].status == "unjudged" and row["floor"].stats.runs == 2 for row in table)
+
+
+def test_the_floor_restores_the_route_table_when_its_loop_raises(monkeypatch):
+    import qr2_op
+
+    calls = []
+    monkeypatch.setattr(qr2_op, "_force_route", lambda name: calls.append(name))
+
+    def raising(A):
+        if calls and calls[-1] == "empty_kernel":
+            raise RuntimeError("boom")
+        return torch.geqrf(A)
+
+    case = benchmark.parse_case("2,8,1,dense,1")
+    result = benchmark.run_benchmark_case("floor", raising, case, "cpu", recheck=True, max_repeats=2, budget_ns=1e9)
+    assert result.status == "fail" and "boom" in result.message
+    assert calls == ["empty_kernel", None]
 
 
 @requires_cuda
