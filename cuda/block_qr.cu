@@ -1,5 +1,6 @@
-// block_qr.cu - Householder QR of whole matrices up to 176 x 176, one thread block per matrix or a cluster of two
-// blocks that split its columns: bulk warps owning columns apply the reflectors, one more warp builds them.
+// block_qr.cu - Householder QR of whole matrices, one thread block per matrix or a cluster of two or three blocks
+// that split its columns (up to 176 x 176 on one or two blocks, 256 x 256 on three): bulk warps owning columns apply
+// the reflectors, one more warp builds them.
 //
 // Bulk layout: a bulk warp holds a block of 16 columns, two per thread (columns k and k + 8 of the block on lanes
 // with l & 7 = k), each column over the four quarters q = l >> 3 of the warp. Rows come in groups of four dealt to
@@ -38,7 +39,7 @@ namespace cg = cooperative_groups;
 namespace {
 
 constexpr unsigned FULL = 0xffffffffu;
-constexpr int MAX_WARPS = (QR2_BLOCK_QR_MAX + 15) / 16 + 1;
+constexpr int MAX_WARPS = (QR2_BLOCK_QR_MAX + 15) / 16 + 1;  // a lone block's; a cluster's blocks have fewer
 
 // RQ rows per bulk thread: a column of 4 RQ rows over four threads; the builder's lanes hold BR = 4 RQ / 32 rows each
 // (rounded up).
@@ -48,11 +49,33 @@ __host__ __device__ constexpr int builder_rows() { return (4 * RQ + 31) / 32; }
 template <int RQ>
 struct __align__(16) BlockSmem {  // col is read and written as float4
     static constexpr int ROWS = 32 * builder_rows<RQ>();
+    static constexpr int KMAX = 4 * RQ > QR2_BLOCK_QR_MAX ? 4 * RQ : QR2_BLOCK_QR_MAX;  // reflectors: K <= m <= 4 RQ
     float col[2][ROWS];  // column c for the builder in buffer c & 1 (rows from its super-group on)
     // reflector r's scalars: tau_u to apply it; beta (R's diagonal), rd (v = u rd) and tau for the output
-    float tau_u[QR2_BLOCK_QR_MAX], beta[QR2_BLOCK_QR_MAX], rd[QR2_BLOCK_QR_MAX], tau[QR2_BLOCK_QR_MAX];
+    float tau_u[KMAX], beta[KMAX], rd[KMAX], tau[KMAX];
     float amax[MAX_WARPS];
 };
+
+// The tile holds reflector r in ROWS floats from tile_at(r) on (row i at tile_at(r) + i). Reflector r is 0 above its
+// super-group's first row 16 (r >> 4) and nobody reads those rows, so the 256-row build (RQ = 64) stores only the
+// rows from there on: 139 KB at 256 x 256 where the square tile would take 256 KB. Its tile_at(r) then lies 16 (r >> 4)
+// floats before the first stored row, inside reflector r - 1's rows, which reflector r's writers must skip.
+template <int RQ>
+__host__ __device__ constexpr bool packed_tile() { return RQ == 64; }
+
+template <int RQ>
+__host__ __device__ constexpr int tile_at(int r) {
+    constexpr int ROWS = BlockSmem<RQ>::ROWS;
+    if (!packed_tile<RQ>()) return r * ROWS;
+    const int g = r >> 4;  // super-groups before r's: 16 reflectors of ROWS - 16 g' rows each
+    return 16 * (g * ROWS - 8 * g * (g - 1)) + (r & 15) * (ROWS - 16 * g) - 16 * g;
+}
+
+// Floats of the tile for reflectors 0 .. k - 1.
+template <int RQ>
+__host__ __device__ constexpr int tile_floats(int k) {
+    return tile_at<RQ>(k) + (packed_tile<RQ>() ? 16 * (k >> 4) : 0);
+}
 
 // The step barrier of the `threads` threads that take part in the steps. The builder and the bulk warps reach it from
 // different code: barrier.sync without .aligned (__syncthreads is bar.sync, which PTX defines as .aligned: one code
@@ -94,7 +117,7 @@ __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& s
     // (s = tau_u (u . y)), |y'_tail|^2 = |y_tail|^2 - 2 s (u . y)_tail + s^2 |u_tail|^2, four sums at once. That
     // difference cancels when y' is much shorter than y or s u; then the tail's squares are summed again from y'.
     const float alpha0 = col[c];  // row c: broadcast loads
-    const float uc = c > 0 ? tile[(c - 1) * BlockSmem<RQ>::ROWS + c] : 0.f;
+    const float uc = c > 0 ? tile[tile_at<RQ>(c - 1) + c] : 0.f;
     float sum[4] = {0.f, 0.f, 0.f, 0.f};  // u . y, then over the tail rows > c: y . y, u . y, u . u
 #pragma unroll
     for (int i = 0; i < BR; ++i) {
@@ -146,9 +169,10 @@ __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& s
             b.uu[i] = row < c ? 0.f : row == c ? 1.f : (float)((double)b.y[i] * scal);
         }
     }
-    float* u = tile + c * BlockSmem<RQ>::ROWS;
+    float* u = tile + tile_at<RQ>(c);
 #pragma unroll
-    for (int i = 0; i < BR; ++i) u[32 * i + lane] = b.uu[i];
+    for (int i = 0; i < BR; ++i)
+        if (!packed_tile<RQ>() || 32 * i + lane >= 16 * (c >> 4)) u[32 * i + lane] = b.uu[i];
     if (lane == 0) sm.tau_u[c] = b.tau_u, sm.beta[c] = beta, sm.rd[c] = rd, sm.tau[c] = tau;
 }
 
@@ -219,7 +243,7 @@ __device__ __forceinline__ void bulk_step(float (&x0)[RQ], float (&x1)[RQ], Bloc
     step_barrier(threads);  // reflector r and its tau_u are published
     if (16 * blk + 15 > r) {  // warp-uniform: some column of this warp is right of r
         const float tau_u = sm.tau_u[r];
-        apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + r * BlockSmem<RQ>::ROWS), q,
+        apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + tile_at<RQ>(r)), q,
                                c0 > r ? tau_u : 0.f, c0 + 8 > r ? tau_u : 0.f);
     }
     const int next = r + 2;
@@ -233,7 +257,7 @@ __device__ __forceinline__ void remote_step(float (&x0)[RQ], float (&x1)[RQ], co
                                             const float* tile, uint64_t* bars, int r, int q) {
     bar_wait(&bars[r]);
     const float tau_u = sm.tau_u[r];
-    apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + r * BlockSmem<RQ>::ROWS), q, tau_u, tau_u);
+    apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + tile_at<RQ>(r)), q, tau_u, tau_u);
 }
 
 // Steps r0 .. K - 1: bulk_step, or (REMOTE) remote_step in block 1's first phase; by super-groups of sixteen rows,
@@ -254,16 +278,16 @@ __device__ __forceinline__ void bulk_steps(float (&x0)[RQ], float (&x1)[RQ], Blo
     }
 }
 
-// In a cluster, block 0's courier warp: reflector r (from its super-group's first row on) and its tau_u into block
-// 1's shared memory, by st.async stores that complete block 1's mbarrier for r by their bytes.
+// In a cluster, a block's courier warp: reflector r (from its super-group's first row on) and its tau_u into a later
+// block's shared memory, by st.async stores that complete that block's mbarrier for r by their bytes.
 template <int RQ>
 __device__ __forceinline__ void send_reflector(const BlockSmem<RQ>& sm, const float* tile, unsigned remote_tile,
                                                unsigned remote_tau_u, unsigned remote_bars, int r, int lane) {
     constexpr int ROWS = BlockSmem<RQ>::ROWS;
     const int g0 = 4 * (r >> 4), n4 = ROWS / 4 - g0;
     const unsigned bar = remote_bars + 8 * r;
-    const float4* u = reinterpret_cast<const float4*>(tile + r * ROWS) + g0;
-    const unsigned dst = remote_tile + 4 * (r * ROWS + 4 * g0);
+    const float4* u = reinterpret_cast<const float4*>(tile + tile_at<RQ>(r)) + g0;
+    const unsigned dst = remote_tile + 4 * (tile_at<RQ>(r) + 4 * g0);
     for (int i = lane; i < n4; i += 32) store_remote4(dst + 16 * i, u[i], bar);
     if (lane == 0) store_remote(remote_tau_u + 4 * r, sm.tau_u[r], bar);
 }
@@ -282,7 +306,7 @@ __device__ __forceinline__ void store_column(const float (&x)[RQ], const BlockSm
     float* hc = h_out + (int64_t)c * m;
     const bool factored = c < K;
     const float rd = factored ? sm.rd[c] : 0.f, diag = factored ? times(sm.beta[c], up) : 0.f;
-    const float4* u = reinterpret_cast<const float4*>(tile + (factored ? c : 0) * BlockSmem<RQ>::ROWS);
+    const float4* u = reinterpret_cast<const float4*>(tile + tile_at<RQ>(factored ? c : 0));
 #pragma unroll
     for (int j = 0; j < RQ / 4; ++j) {
         const int row = global_row(4 * j, q);
@@ -322,23 +346,24 @@ __host__ __device__ inline int role_warps(int n, int CL, int rank) {
 
 // Launched with 9-12 warps (n > 128), a block's warps count as 12 against the SM's 65,536 registers (warps are
 // counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread. A block
-// of a cluster has at most 7 warps.
+// of a cluster has at most 8 warps (two a scheduler), so up to 255 registers: the 256-row build's two columns of 64
+// rows a thread need them.
 //
 // Cluster of CL blocks, for one matrix on CL SMs: block k holds the k-th range of columns. It first applies the
 // reflectors of the blocks before it as they land (no barrier between its warps), then factors its own columns (rows
-// from its first column on) as a lone block would, while its courier warp forwards each reflector to the blocks
+// from its first column on) as a lone block would, while its courier warp forwards each reflector to every block
 // after it. A step then applies its reflector to a CL-th of the columns at most, so the bulk warps' share of a step,
-// which sets the early steps of a lone block, shrinks by CL. Only CL = 2 is built (three blocks: 1 x 176 67.1 against
-// 68.0 us, and 40 x 176 no longer fit one wave: 91.4 us), so block 0 is the only courier.
+// which sets the early steps of a lone block, shrinks by CL. Up to 176 x 176 two blocks (three: 1 x 176 67.1
+// against 68.0 us, and 40 x 176 no longer fit one wave: 91.4 us); past that three or four, for registers.
 template <int RQ, int CL>
 __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a) {
     constexpr int BR = builder_rows<RQ>(), ROWS = BlockSmem<RQ>::ROWS;
     __shared__ BlockSmem<RQ> sm;
-    __shared__ uint64_t bars[CL > 1 ? QR2_BLOCK_QR_MAX : 1];  // reflector r from an earlier block has landed
+    __shared__ uint64_t bars[CL > 1 ? BlockSmem<RQ>::KMAX : 1];  // reflector r from an earlier block has landed
     __shared__ float peer_amax[CL];
     extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
     float* tile = reinterpret_cast<float*>(tile4);
-    static_assert(CL == 1 || CL == 2, "one block, or a cluster of two");
+    static_assert(CL >= 1 && CL <= 4, "one block, or a cluster of two to four");
     // a cluster's blocks may touch each other's shared memory once all have started: arrive now, wait before that
     if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     // programmatic dependent launch: the next kernel on the stream may start its prologue now; this one reads
@@ -427,19 +452,26 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
             return;
         }
         if (warp == courier) {
-            if constexpr (CL > 1) {  // block 0 to block 1
-                const unsigned rt = remote_addr(tile, 1), ru = remote_addr(sm.tau_u, 1), rb = remote_addr(bars, 1);
+            if constexpr (CL > 1) {  // to every later block
+                unsigned rt[CL - 1], ru[CL - 1], rb[CL - 1];
+#pragma unroll
+                for (int k = 0; k < CL - 1; ++k) {
+                    const unsigned to = rank + 1 + k < CL ? rank + 1 + k : rank;
+                    rt[k] = remote_addr(tile, to), ru[k] = remote_addr(sm.tau_u, to), rb[k] = remote_addr(bars, to);
+                }
 #pragma unroll 1
                 for (int r = r_lo; r < r_hi; ++r) {
                     step_barrier(threads);
-                    send_reflector<RQ>(sm, tile, rt, ru, rb, r, lane);
+#pragma unroll
+                    for (int k = 0; k < CL - 1; ++k)
+                        if (rank + 1 + k < CL) send_reflector<RQ>(sm, tile, rt[k], ru[k], rb[k], r, lane);
                 }
             }
             return;
         }
         bulk_steps<RQ, 0, false>(x0, x1, sm, tile, bars, c0, q, blk, r_lo, r_hi, threads);
     }
-    if (warp >= nbl) return;  // block 1's builder when it has nothing to build
+    if (warp >= nbl) return;  // the builder and courier of a block with nothing to build
 
     // out: H column by column, the block's share of tau from its first warp
     store_column<RQ>(x0, sm, tile, h_out, c0, q, m, n, K, up);
@@ -454,10 +486,10 @@ template <int RQ, int CL>
 int launch(const qr2_whole_qr_args* a, void* stream) {
     int warps = 0;
     for (int k = 0; k < CL; ++k) warps = role_warps(a->n, CL, k) > warps ? role_warps(a->n, CL, k) : warps;
-    const int64_t K = a->m < a->n ? a->m : a->n, bytes = K * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
+    const int64_t K = a->m < a->n ? a->m : a->n, bytes = tile_floats<RQ>((int)K) * (int64_t)sizeof(float);
     // the tile's limit raised to what this instantiation's largest matrix needs, whatever this one needs: one value
     // for every call leaves no window in which another host thread's call lowers it
-    constexpr int64_t most = 4 * RQ * BlockSmem<RQ>::ROWS * (int64_t)sizeof(float);
+    constexpr int64_t most = tile_floats<RQ>(4 * RQ) * (int64_t)sizeof(float);
     if (qr2_allow_smem(block_qr_kernel<RQ, CL>, most, "block_qr: cudaFuncSetAttribute", sizeof(BlockSmem<RQ>)))
         return 1;
     cudaLaunchConfig_t cfg = {};
@@ -492,9 +524,14 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
 
 template <int CL>
 int launch_rows(const qr2_whole_qr_args* a, void* stream) {
-    if (a->m <= 64) return launch<16, CL>(a, stream);
-    if (a->m <= 128) return launch<32, CL>(a, stream);
-    return launch<44, CL>(a, stream);
+    if constexpr (CL > 2) {  // n > 176 (or m > 176): the 176-row build, or the 256-row one
+        if (a->m <= 176) return launch<44, CL>(a, stream);
+        return launch<64, CL>(a, stream);
+    } else {
+        if (a->m <= 64) return launch<16, CL>(a, stream);
+        if (a->m <= 128) return launch<32, CL>(a, stream);
+        return launch<44, CL>(a, stream);
+    }
 }
 
 }  // namespace
@@ -504,7 +541,10 @@ extern "C" int qr2_block_qr_supported(int64_t m, int64_t n) {
 }
 
 extern "C" int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster) {
-    return qr2_block_qr_supported(m, n) && (cluster == 1 || (cluster == 2 && n > 16));
+    if (cluster <= 2) return qr2_block_qr_supported(m, n) && (cluster == 1 || (cluster == 2 && n > 16));
+    // three or four blocks, each with a block of sixteen columns at least
+    return cluster <= 4 && m >= 1 && m <= QR2_BLOCK_QR_CLUSTER_MAX && n > 16 * (cluster - 1) &&
+           n <= QR2_BLOCK_QR_CLUSTER_MAX;
 }
 
 extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* stream) {
@@ -512,5 +552,10 @@ extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* strea
     if (!qr2_block_qr_cluster_supported(a->m, a->n, cluster))
         return qr2_record_error("block_qr", "matrix too large for one block's registers, or no such cluster");
     if (a->batch > 0x7fffffff / cluster) return qr2_record_error("block_qr", "more blocks than a grid holds");
-    return cluster == 2 ? launch_rows<2>(a, stream) : launch_rows<1>(a, stream);
+    switch (cluster) {
+        case 2: return launch_rows<2>(a, stream);
+        case 3: return launch_rows<3>(a, stream);
+        case 4: return launch_rows<4>(a, stream);
+        default: return launch_rows<1>(a, stream);
+    }
 }

@@ -1,6 +1,7 @@
 """cuda/block_qr.cu: whole matrices up to 176 x 176 factored by one thread block each, a builder warp and column warps
-(route `block_columns`), or by a cluster of two (`block_columns_cluster2`); each forced here in turn so that every case
-reaches the kernel."""
+(route `block_columns`), or by a cluster of two (`block_columns_cluster2`), and up to 256 x 256 by a cluster of three
+or four (`block_columns_cluster3`, `block_columns_cluster4`); each forced here in turn so that every case reaches the
+kernel (cases a route cannot hold are skipped: they would fall back to the table)."""
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ from whole_matrix import check
 
 pytestmark = requires_cuda
 
-ROUTES = ["block_columns", "block_columns_cluster2"]
+ROUTES = ["block_columns", "block_columns_cluster2", "block_columns_cluster3", "block_columns_cluster4"]
 
 
 @pytest.fixture(autouse=True, params=ROUTES)
@@ -22,21 +23,35 @@ def route(request):
     qr2_op._force_route(None)
 
 
+def needs(route, m, n):
+    if not qr2_op._route_holds(route, m, n):
+        pytest.skip(f"{route} does not hold {m} x {n}")
+
+
+def largest(route):
+    return 256 if qr2_op._route_holds(route, 256, 256) else 176
+
+
 @pytest.mark.parametrize("case", CASE_NAMES)
-@pytest.mark.parametrize("n", [32, 128, 176], ids=lambda n: f"n{n}")
-def test_every_profile(n, case):
+@pytest.mark.parametrize("n", [32, 128, 176, 256], ids=lambda n: f"n{n}")
+def test_every_profile(n, case, route):
+    needs(route, n, n)
     for cond in (1, 1000):  # 1000: columns fall below FP32's range (subnormal and zero columns)
         check(generate_input(batch=6, n=n, cond=cond, seed=n + len(case), case=case))
 
 
-# every instantiation (columns of 64, 128, 176 rows), every quarter ending the matrix, wide and tall shapes
-SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 160, 175, 176)] + [
+# every instantiation (columns of 64, 128, 176, 256 rows), every quarter ending the matrix, wide and tall shapes; past
+# 176 the three- and four-block clusters only (column blocks dealt 4/4/4 .. 5/5/6, packed reflector tile)
+SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 33, 49, 63, 64, 65, 100, 127, 128, 129, 160, 175, 176,
+                           177, 180, 192, 193, 208, 224, 240, 241, 255, 256)] + [
     (176, 1), (1, 176), (176, 97), (97, 176), (130, 60), (60, 130), (12, 170), (170, 12), (68, 68), (66, 150),
-    (96, 96), (150, 60)]
+    (96, 96), (150, 60), (256, 200), (200, 256), (256, 49), (49, 256), (177, 256), (256, 177), (100, 250), (250, 100),
+    (3, 256), (256, 65)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_shapes(shape):
+def test_shapes(shape, route):
+    needs(route, *shape)
     check(torch.randn(3, *shape, device="cuda"))
 
 
@@ -47,14 +62,17 @@ def test_first_call_needing_just_over_48_kb_of_shared_memory(shape, route):
 
 
 def test_larger_shapes_go_elsewhere(route):
-    for m, n in [(177, 176), (176, 177), (256, 256)]:
+    for m, n in [(177, 176), (176, 177), (256, 256), (257, 256), (256, 257), (300, 300)]:
+        if qr2_op._route_holds(route, m, n):
+            continue
         qr2_op._force_route(route)  # a forced route that cannot hold the shape falls back to the table
         check(torch.randn(2, m, n, device="cuda"))
 
 
 @pytest.mark.parametrize("batch", [1, 40, 133, 1000])
-def test_batch_sizes(batch):
-    check(torch.randn(batch, 176, 176, device="cuda"))
+def test_batch_sizes(batch, route):
+    n = largest(route)
+    check(torch.randn(batch, n, n, device="cuda"))
 
 
 def test_strided_inputs_are_read_in_place():
@@ -90,14 +108,20 @@ def test_nan_and_inf_stay_in_their_matrix(bad):
 
 def test_one_kernel_per_call(route):
     # the forced route's instantiation ran (its second template argument: blocks per matrix)
-    whole_matrix.one_kernel_per_call((40, 176, 176), r"block_qr_kernel<\d+, ?%d>" % (2 if route.endswith("2") else 1))
+    blocks = int(route[-1]) if route[-1].isdigit() else 1
+    n = largest(route)
+    whole_matrix.one_kernel_per_call((40, n, n), r"block_qr_kernel<%d, ?%d>" % (64 if blocks > 2 else 44, blocks))
 
 
-def test_side_stream_and_cuda_graph():
-    whole_matrix.side_stream_and_cuda_graph((40, 176, 176))
+def test_side_stream_and_cuda_graph(route):
+    n = largest(route)
+    whole_matrix.side_stream_and_cuda_graph((40, n, n))
 
 
-def test_repeatable_bit_for_bit():
-    """Reflectors pass between warps through shared memory, ordered by one block barrier each; a missed
-    synchronisation would show up as run-to-run differences."""
-    whole_matrix.repeatable_bit_for_bit((40, 176, 176))
+@pytest.mark.parametrize("n", [176, 256])
+def test_repeatable_bit_for_bit(n, route):
+    """Reflectors pass between warps through shared memory, ordered by one block barrier each, and between the blocks
+    of a cluster by st.async behind an mbarrier each; a missed synchronisation would show up as run-to-run
+    differences."""
+    needs(route, n, n)
+    whole_matrix.repeatable_bit_for_bit((40, n, n))
