@@ -70,14 +70,15 @@ static const qr2_route routes[] = {
      "small matrices (m, n <= 176, n >= 17) factored whole by one thread block each: warps holding two columns a "
      "thread apply the reflectors, one more warp builds each from the next column over its 32 lanes, one block "
      "barrier per reflector"},
-    /* n 177-256 (m <= 256): the `block_columns` kernel past one block's or two blocks' registers. TRIAL: placement
-     * to be measured against registers_cluster2 */
-    {"block_columns_cluster4", QR2_ROUTE_BLOCK, 0, 177, QR2_BLOCK_QR_CLUSTER_MAX, 0, 20, 0, 0, 4,
-     "the `block_columns` kernel on a 4-block cluster per matrix (n 177-256)"},
-    {"block_columns_cluster3", QR2_ROUTE_BLOCK, 0, 177, QR2_BLOCK_QR_CLUSTER_MAX, 0, 44, 0, 0, 3,
-     "the `block_columns` kernel on a 3-block cluster per matrix (n 177-256): each block factors a third of the "
-     "columns after applying the reflectors forwarded by st.async from the blocks before it"},
-    /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs (n 177-256, or m > 176). There, for
+    /* n 177-256 (m <= 256) up to 640 matrices, past one block's or two blocks' registers. Sixteenth session (H200,
+     * kernels alone by CUDA-graph replay, routes forced in one run): 256 x 256 at batch 1-33 122-124 us against
+     * 345-347 for `registers_cluster2`, batch 40-44 175 (past one wave of 3-block clusters) against 347, 66 226
+     * against 348, 640 1531 against 1855 for `blocked_nb32`; 40 x 184 130.8 against 154.4, 40 x 208 140.9 against
+     * 257.0, 40 x 232 163.9 against 304.9, 20 x 192 95.3 against 166.8 */
+    {"block_columns_cluster3", QR2_ROUTE_BLOCK, 0, 177, QR2_BLOCK_QR_CLUSTER_MAX, 0, 640, 0, 0, 3,
+     "the `block_columns` kernel on a 3-block cluster per matrix for n 177-256 (m <= 256): each block factors a "
+     "third of the columns after applying the reflectors forwarded by st.async from the blocks before it"},
+    /* batch <= 66: one wave of 2-block clusters on the H200's 132 SMs (m > 176 with n <= 176). There, for
      * 48 <= n <= 160, it measured 1.1-1.5x faster than `registers`; at batch 100 and beyond one block is 1.3-1.8x
      * faster */
     {"registers_cluster2", QR2_ROUTE_REGISTERS, 0, 48, QR2_REGISTER_QR_MAX, 0, 66, 0, 0, 2,

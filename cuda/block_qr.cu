@@ -354,7 +354,8 @@ __host__ __device__ inline int role_warps(int n, int CL, int rank) {
 // from its first column on) as a lone block would, while its courier warp forwards each reflector to every block
 // after it. A step then applies its reflector to a CL-th of the columns at most, so the bulk warps' share of a step,
 // which sets the early steps of a lone block, shrinks by CL. Up to 176 x 176 two blocks (three: 1 x 176 67.1
-// against 68.0 us, and 40 x 176 no longer fit one wave: 91.4 us); past that three or four, for registers.
+// against 68.0 us, and 40 x 176 no longer fit one wave: 91.4 us); past that three, for registers (four measured no
+// faster: 40 x 256 205 against 175 us, 20 x 192 93.8 against 95.3).
 template <int RQ, int CL>
 __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_args a) {
     constexpr int BR = builder_rows<RQ>(), ROWS = BlockSmem<RQ>::ROWS;
@@ -363,7 +364,7 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
     __shared__ float peer_amax[CL];
     extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
     float* tile = reinterpret_cast<float*>(tile4);
-    static_assert(CL >= 1 && CL <= 4, "one block, or a cluster of two to four");
+    static_assert(CL >= 1 && CL <= 3, "one block, or a cluster of two or three");
     // a cluster's blocks may touch each other's shared memory once all have started: arrive now, wait before that
     if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     // programmatic dependent launch: the next kernel on the stream may start its prologue now; this one reads
@@ -524,7 +525,7 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
 
 template <int CL>
 int launch_rows(const qr2_whole_qr_args* a, void* stream) {
-    if constexpr (CL > 2) {  // n > 176 (or m > 176): the 176-row build, or the 256-row one
+    if constexpr (CL == 3) {  // n > 176 (or m > 176): the 176-row build, or the 256-row one
         if (a->m <= 176) return launch<44, CL>(a, stream);
         return launch<64, CL>(a, stream);
     } else {
@@ -542,8 +543,8 @@ extern "C" int qr2_block_qr_supported(int64_t m, int64_t n) {
 
 extern "C" int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster) {
     if (cluster <= 2) return qr2_block_qr_supported(m, n) && (cluster == 1 || (cluster == 2 && n > 16));
-    // three or four blocks, each with a block of sixteen columns at least
-    return cluster <= 4 && m >= 1 && m <= QR2_BLOCK_QR_CLUSTER_MAX && n > 16 * (cluster - 1) &&
+    // three blocks, each with a block of sixteen columns at least
+    return cluster == 3 && m >= 1 && m <= QR2_BLOCK_QR_CLUSTER_MAX && n > 16 * (cluster - 1) &&
            n <= QR2_BLOCK_QR_CLUSTER_MAX;
 }
 
@@ -555,7 +556,6 @@ extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* strea
     switch (cluster) {
         case 2: return launch_rows<2>(a, stream);
         case 3: return launch_rows<3>(a, stream);
-        case 4: return launch_rows<4>(a, stream);
         default: return launch_rows<1>(a, stream);
     }
 }

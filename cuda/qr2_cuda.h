@@ -113,9 +113,9 @@ int qr2_warp_qr(const qr2_whole_qr_args* args, void* stream);
 int qr2_quad_qr_supported(int64_t m, int64_t n);
 int qr2_quad_qr(const qr2_whole_qr_args* args, void* stream);
 
-/* One thread block per matrix (cluster = 1), or a cluster of 2-4 blocks on as many SMs that split its columns
+/* One thread block per matrix (cluster = 1), or a cluster of 2 or 3 blocks on as many SMs that split its columns
  * (each block 16 columns at least): whole columns in registers, each over four lanes (a quarter of its rows each, two
- * columns a lane), m, n <= QR2_BLOCK_QR_MAX on 1-2 blocks, m, n <= QR2_BLOCK_QR_CLUSTER_MAX on 3-4. */
+ * columns a lane), m, n <= QR2_BLOCK_QR_MAX on 1-2 blocks, m, n <= QR2_BLOCK_QR_CLUSTER_MAX on 3. */
 #define QR2_BLOCK_QR_MAX 176
 #define QR2_BLOCK_QR_CLUSTER_MAX 256
 int qr2_block_qr_supported(int64_t m, int64_t n);

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# One device run for the branch wip/block-cluster3: build, block_qr's tests, kernel times of the 3- and 4-block
-# clusters against registers_cluster2 (CUDA-graph replay), memcheck on the new routes. Logs under $OUT (<= 8 files).
+# One device run for block_columns_cluster3: build, placement times (kernels alone) against the routes it may replace,
+# the small-matrix sweep past n 176, the full test suite. Logs under $OUT (<= 8 files).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 { time QR2_CUDA_ARCHS=90a python3 -m pip install -e . --no-build-isolation; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 grep real "$OUT/build.log"
-shapes=1:256:256,20:256:256,33:256:256,40:256:256,44:256:256,66:256:256,40:184:184,40:208:208,40:232:232,20:192:192,1:192:192,40:256:128,640:256:256
-for r in block_columns_cluster3 block_columns_cluster4 registers_cluster2 blocked_nb32; do
-  timeout 60 python3 scripts/graph_times.py --shapes "$shapes" --route $r 2>&1 | tee -a "$OUT/graph.log"
+shapes=1:256:64,40:256:64,1:256:128,40:256:128,40:256:176,40:200:96,40:256:48,132:256:128,640:256:128,640:256:64
+shapes=$shapes,640:200:176,2000:256:256,2000:184:184,1000:200:200,40:176:176
+for r in block_columns_cluster3 registers_cluster2 registers registers_many_small blocked_nb32 block_columns_cluster2; do
+  timeout 90 python3 scripts/graph_times.py --shapes "$shapes" --route $r 2>&1 | tee -a "$OUT/graph.log"
 done
-timeout 240 python3 -m pytest tests/test_block_qr.py -q -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest_block_qr.log" | tail -4
-timeout 120 compute-sanitizer --tool memcheck --kernel-name kns=block_qr python3 scripts/sanitize_smoke.py \
-  > "$OUT/memcheck.log" 2>&1; tail -1 "$OUT/memcheck.log"
+timeout 150 python3 scripts/small_sweep.py --n 184:256:8 --batches 1,20,40,640 --routes block_columns_cluster3,registers_cluster2,blocked_nb32 \
+  --json-out "$OUT/small_sweep.json" > "$OUT/small_sweep.log" 2>&1; tail -40 "$OUT/small_sweep.log"
+timeout 300 python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -3

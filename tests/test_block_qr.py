@@ -1,7 +1,7 @@
 """cuda/block_qr.cu: whole matrices up to 176 x 176 factored by one thread block each, a builder warp and column warps
 (route `block_columns`), or by a cluster of two (`block_columns_cluster2`), and up to 256 x 256 by a cluster of three
-or four (`block_columns_cluster3`, `block_columns_cluster4`); each forced here in turn so that every case reaches the
-kernel (cases a route cannot hold are skipped: they would fall back to the table)."""
+(`block_columns_cluster3`); each forced here in turn so that every case reaches the kernel (cases a route cannot hold
+are skipped: they would fall back to the table)."""
 import pytest
 import torch
 
@@ -13,7 +13,7 @@ from whole_matrix import check
 
 pytestmark = requires_cuda
 
-ROUTES = ["block_columns", "block_columns_cluster2", "block_columns_cluster3", "block_columns_cluster4"]
+ROUTES = ["block_columns", "block_columns_cluster2", "block_columns_cluster3"]
 
 
 @pytest.fixture(autouse=True, params=ROUTES)
@@ -41,7 +41,7 @@ def test_every_profile(n, case, route):
 
 
 # every instantiation (columns of 64, 128, 176, 256 rows), every quarter ending the matrix, wide and tall shapes; past
-# 176 the three- and four-block clusters only (column blocks dealt 4/4/4 .. 5/5/6, packed reflector tile)
+# 176 the three-block cluster only (column blocks dealt 4/4/4 .. 5/5/6, packed reflector tile)
 SHAPES = [(n, n) for n in (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 33, 49, 63, 64, 65, 100, 127, 128, 129, 160, 175, 176,
                            177, 180, 192, 193, 208, 224, 240, 241, 255, 256)] + [
     (176, 1), (1, 176), (176, 97), (97, 176), (130, 60), (60, 130), (12, 170), (170, 12), (68, 68), (66, 150),
