@@ -22,7 +22,8 @@ typedef enum qr2_route_kind {
 typedef struct qr2_route {
     const char* name;
     qr2_route_kind kind;
-    int64_t max_m;   /* the route admits m <= max_m (0: any m) */
+    int64_t min_m;   /* the route admits m >= min_m */
+    int64_t max_m;   /* ... and m <= max_m (0: any m) */
     int64_t min_n;   /* ... and n >= min_n */
     int64_t max_n;   /* ... and n <= max_n (0: any n) */
     int64_t min_batch; /* ... and batches of at least min_batch matrices */

@@ -27,7 +27,7 @@ def route(request):
 
 
 def test_the_table_sends_small_shapes_here():
-    for m, n in [(33, 16), (192, 192), (224, 224), (256, 3), (3, 256), (97, 211), (256, 200), (64, 8)]:
+    for m, n in [(33, 16), (64, 200), (256, 40), (256, 3), (3, 256), (60, 250), (177, 32), (64, 8)]:
         assert qr2_op.route_for(m, n, 40) in ROUTES, (m, n)
     assert qr2_op.route_for(257, 257, 40) not in ROUTES
 
