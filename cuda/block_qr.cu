@@ -14,8 +14,8 @@
 // two block barriers:
 //   builder: takes column r + 1 as published by its bulk owner (reflectors up to r - 1 applied), applies reflector
 //            r (in its registers), builds reflector r + 1 (slarfg's scalars, FP64 when the tail is tiny) and
-//            publishes it: u for all rows (0 above the diagonal, dd on it) into column r + 1 of a shared-memory tile,
-//            and its scalars.
+//            publishes it: u for all rows (0 above the diagonal, dd on it) into slot r + 1 of a shared-memory tile
+//            (see tile_at), and its scalars.
 //   bulk:    applies reflector r (published in step r - 1) to the columns right of r; the owner lanes of column
 //            r + 2 then publish it for the builder's next step (buffers by step parity).
 // One barrier a step is the only synchronisation, and nothing else sits on the builder's chain: the bulk warps do
@@ -58,8 +58,8 @@ struct __align__(16) BlockSmem {  // col is read and written as float4
 
 // The tile holds reflector r in ROWS floats from tile_at(r) on (row i at tile_at(r) + i). Reflector r is 0 above its
 // super-group's first row 16 (r >> 4) and nobody reads those rows, so the 256-row build (RQ = 64) stores only the
-// rows from there on: 139 KB at 256 x 256 where the square tile would take 256 KB. Its tile_at(r) then lies 16 (r >> 4)
-// floats before the first stored row, inside reflector r - 1's rows, which reflector r's writers must skip.
+// rows from there on: 136 KiB at 256 x 256 where the square tile would take 256 KiB. Its tile_at(r) then lies
+// 16 (r >> 4) floats before the first stored row, inside reflector r - 1's rows, which reflector r's writers must skip.
 template <int RQ>
 __host__ __device__ constexpr bool packed_tile() { return RQ == 64; }
 
@@ -105,7 +105,7 @@ __device__ __forceinline__ T warp_sum(T x) {
 }
 
 // Column c (published with reflectors up to c - 2 applied) gets reflector c - 1 (in b.uu, when c > 0) and becomes
-// reflector c, published as column c of the tile (u for every row: 0 above row c, dd on it) and its scalars. The
+// reflector c, published as slot c of the tile (u for every stored row: 0 above row c, dd on it) and its scalars. The
 // column is read without masks: u_{c-1} is 0 above row c - 1, rows past the matrix are 0, and rows the owner did not
 // publish hold finite values of earlier columns (or the zeros they were cleared to).
 template <int RQ, int BR>
@@ -250,8 +250,8 @@ __device__ __forceinline__ void bulk_step(float (&x0)[RQ], float (&x1)[RQ], Bloc
     if (next < K && blk == next >> 4 && (c0 & 7) == (next & 7)) publish_slot<RQ, J>(x0, x1, sm, next, q);
 }
 
-// In a cluster, block 1's step r of the first phase: reflector r, built in block 0, once its bytes have landed here.
-// Every column of block 1 is right of it.
+// In a cluster, a later block's step r of its first phase: reflector r, built in an earlier block, once its bytes
+// have landed here. Every column of this block is right of it.
 template <int RQ, int J>
 __device__ __forceinline__ void remote_step(float (&x0)[RQ], float (&x1)[RQ], const BlockSmem<RQ>& sm,
                                             const float* tile, uint64_t* bars, int r, int q) {
@@ -260,8 +260,8 @@ __device__ __forceinline__ void remote_step(float (&x0)[RQ], float (&x1)[RQ], co
     apply_reflector<RQ, J>(x0, x1, reinterpret_cast<const float4*>(tile + tile_at<RQ>(r)), q, tau_u, tau_u);
 }
 
-// Steps r0 .. K - 1: bulk_step, or (REMOTE) remote_step in block 1's first phase; by super-groups of sixteen rows,
-// unrolled: the sixteen reflectors of one share its code.
+// Steps r0 .. K - 1: bulk_step, or (REMOTE) remote_step in a later block's first phase; by super-groups of sixteen
+// rows, unrolled: the sixteen reflectors of one share its code.
 template <int RQ, int J, bool REMOTE>
 __device__ __forceinline__ void bulk_steps(float (&x0)[RQ], float (&x1)[RQ], BlockSmem<RQ>& sm, const float* tile,
                                            uint64_t* bars, int c0, int q, int blk, int r0, int K, int threads) {
@@ -346,8 +346,8 @@ __host__ __device__ inline int role_warps(int n, int CL, int rank) {
 
 // Launched with 9-12 warps (n > 128), a block's warps count as 12 against the SM's 65,536 registers (warps are
 // counted in fours: one quarter of the register file per warp scheduler), so at most 170 registers a thread. A block
-// of a cluster has at most 8 warps (two a scheduler), so up to 255 registers: the 256-row build's two columns of 64
-// rows a thread need them.
+// of a cluster has at most 7 warps (8 would still fit, two a scheduler), so up to 255 registers: the 256-row build's
+// two columns of 64 rows a thread need them.
 //
 // Cluster of CL blocks, for one matrix on CL SMs: block k holds the k-th range of columns. It first applies the
 // reflectors of the blocks before it as they land (no barrier between its warps), then factors its own columns (rows
@@ -362,7 +362,7 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
     __shared__ BlockSmem<RQ> sm;
     __shared__ uint64_t bars[CL > 1 ? BlockSmem<RQ>::KMAX : 1];  // reflector r from an earlier block has landed
     __shared__ float peer_amax[CL];
-    extern __shared__ float4 tile4[];  // u of reflector r in column r (ROWS rows: 0 above r, dd on it, the tail below)
+    extern __shared__ float4 tile4[];  // u of reflector r at tile_at(r) (0 above r, dd on it, the tail below)
     float* tile = reinterpret_cast<float*>(tile4);
     static_assert(CL >= 1 && CL <= 3, "one block, or a cluster of two or three");
     // a cluster's blocks may touch each other's shared memory once all have started: arrive now, wait before that
