@@ -84,26 +84,29 @@ def test_strided_inputs_are_read_in_place():
         assert torch.equal(A, before)  # never modified
 
 
-def test_lapack_conventions_match_torch():
-    whole_matrix.lapack_conventions_match_torch(176)
+# each route at its largest shape (the 3-block cluster's 256-row build with its packed tile)
+def test_lapack_conventions_match_torch(route):
+    whole_matrix.lapack_conventions_match_torch(largest(route))
 
 
-def test_zero_and_triangular_inputs():
-    whole_matrix.zero_and_triangular_inputs(176, 150, [0, 17, 100])
+def test_zero_and_triangular_inputs(route):
+    n = largest(route)
+    whole_matrix.zero_and_triangular_inputs(n, n - 26, [0, 17, 100])
 
 
 @pytest.mark.parametrize("scale", [1e-38, 1e-30, 1e30, 1e36], ids=str)
-def test_tiny_and_huge_values(scale):
-    whole_matrix.tiny_and_huge_values(176, scale)
+def test_tiny_and_huge_values(scale, route):
+    whole_matrix.tiny_and_huge_values(largest(route), scale)
 
 
-def test_rows_scaled_over_many_decades():
-    check(torch.randn(4, 176, 176, device="cuda") * torch.logspace(-15, 15, 176, device="cuda")[:, None])
+def test_rows_scaled_over_many_decades(route):
+    n = largest(route)
+    check(torch.randn(4, n, n, device="cuda") * torch.logspace(-15, 15, n, device="cuda")[:, None])
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
-def test_nan_and_inf_stay_in_their_matrix(bad):
-    whole_matrix.nan_and_inf_stay_in_their_matrix(8, 176, bad)
+def test_nan_and_inf_stay_in_their_matrix(bad, route):
+    whole_matrix.nan_and_inf_stay_in_their_matrix(8, largest(route), bad)
 
 
 def test_one_kernel_per_call(route):
