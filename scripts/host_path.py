@@ -71,9 +71,10 @@ def clock_mhz(cycles=100_000):
     return cycles / (s.elapsed_time(e) * 1e3)
 
 
-def protocol_us(fn, inputs, keep, between=None, busy_before_flush=False, reps=40):
+def protocol_us(fn, inputs, keep, between=None, busy_before_flush=False, reps=40, host_ns=None):
     """QR2's timed loop (L2 flush, events around one call per input), `between(inputs, outputs)` run between repeats:
-    (mean after 5 warm-up repeats, best, mean SM clock in MHz right after the calls)."""
+    (mean after 5 warm-up repeats, best, mean SM clock in MHz right after the calls). host_ns: a list per input, to
+    which each call's host time is appended (outputs kept)."""
     outputs, times, clocks = None, [], []
     for _ in range(reps):
         torch.cuda.synchronize()
@@ -84,7 +85,13 @@ def protocol_us(fn, inputs, keep, between=None, busy_before_flush=False, reps=40
         del flush
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        if keep:
+        if host_ns is not None:  # host time of each call, by its index in the repeat
+            new = []
+            for i, A in enumerate(inputs):
+                t0 = time.perf_counter_ns()
+                new.append(fn(A))
+                host_ns[i].append(time.perf_counter_ns() - t0)
+        elif keep:
             new = [fn(A) for A in inputs]
         else:
             for A in inputs:
@@ -128,6 +135,13 @@ def protocol_rows(tag, inputs, rows, outputs_valid=True):
         rows[f"{tag}: QR2 loop, {label} (mean)"] = mean
         rows[f"{tag}: QR2 loop, {label} (best)"] = best
         rows[f"{tag}: QR2 loop, {label} (SM MHz after the calls)"] = clock
+    # where the host time of a rechecked repeat goes: its first calls (cold after the recheck) against the rest
+    host_ns = [[] for _ in inputs]
+    protocol_us(qr2_op.geqrf, inputs, True, recheck, host_ns=host_ns)
+    per_index = [statistics.mean(t[5:]) / 1e3 for t in host_ns]
+    rows[f"{tag}: QR2 loop, rechecked, host time of call 0"] = per_index[0]
+    rows[f"{tag}: QR2 loop, rechecked, host time of calls 1-4 (mean)"] = statistics.mean(per_index[1:5])
+    rows[f"{tag}: QR2 loop, rechecked, host time of calls 5-{len(inputs) - 1} (mean)"] = statistics.mean(per_index[5:])
 
 
 def main():
@@ -157,6 +171,9 @@ def main():
             name = f"{tag} {route or 'table route'}"
             rows[f"{name}: wall"] = wall_us(lambda: op(A), calls=5000)
             rows[f"{name}: wall, qr2_op.geqrf"] = wall_us(lambda: qr2_op.geqrf(A), calls=5000)
+            impl = torch.ops.qr2._geqrf_impl.default
+            rows[f"{name}: wall, _geqrf_impl.default"] = wall_us(lambda: impl(A), calls=5000)
+            rows[f"{name}: wall, _geqrf_impl.default._op"] = wall_us(lambda: impl._op(A), calls=5000)
             with torch.inference_mode():
                 rows[f"{name}: wall, inference_mode"] = wall_us(lambda: op(A), calls=5000)
             rows[f"{name}: events"] = event_us(lambda: qr2_op.geqrf(A))
