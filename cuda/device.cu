@@ -53,7 +53,6 @@ extern "C" int qr2_cuda_current_device(int* device) {
 static __global__ void empty_kernel() {}
 
 extern "C" int qr2_launch_empty(void* stream) {
-    empty_kernel<<<1, 32, 0, (cudaStream_t)stream>>>();
-    QR2_CHECK_LAUNCH("empty kernel launch");
-    return 0;
+    void* none[1] = {nullptr};  // through the same launcher as the factorisations, so that it stays their floor
+    return qr2_launch_kernel((const void*)empty_kernel, dim3(1), dim3(32), 0, stream, none, "empty kernel launch");
 }

@@ -227,9 +227,9 @@ __global__ void __launch_bounds__(256) quad_qr_kernel(qr2_whole_qr_args a) {
 template <int R>
 int launch(const qr2_whole_qr_args* a, void* stream) {
     const int warps = (a->n + 7) / 8;
-    quad_qr_kernel<R><<<(unsigned)a->batch, 32 * warps, 0, (cudaStream_t)stream>>>(*a);
-    QR2_CHECK_LAUNCH("quad_qr launch");
-    return 0;
+    void* args[] = {const_cast<qr2_whole_qr_args*>(a)};
+    return qr2_launch_kernel((const void*)quad_qr_kernel<R>, dim3((unsigned)a->batch), dim3(32 * warps), 0, stream,
+                             args, "quad_qr launch");
 }
 
 }  // namespace

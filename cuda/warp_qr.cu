@@ -323,9 +323,9 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     int wpb = a->batch <= 132 ? 1 : a->batch <= 264 ? 2 : 4;
     while (wpb > 1 && wpb * per_warp > 48 * 1024) wpb /= 2;
     const int64_t blocks = (a->batch + wpb - 1) / wpb;
-    warp_qr_kernel<MR, CPL><<<(unsigned)blocks, 32 * wpb, (size_t)(wpb * per_warp), (cudaStream_t)stream>>>(*a);
-    QR2_CHECK_LAUNCH("warp_qr launch");
-    return 0;
+    void* args[] = {const_cast<qr2_whole_qr_args*>(a)};
+    return qr2_launch_kernel((const void*)warp_qr_kernel<MR, CPL>, dim3((unsigned)blocks), dim3(32 * wpb),
+                             (size_t)(wpb * per_warp), stream, args, "warp_qr launch");
 }
 
 template <int CPL>

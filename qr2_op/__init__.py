@@ -32,6 +32,10 @@ _lib.qr2_route_holds.restype = ctypes.c_int
 _lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
 _lib.qr2_route_force.restype = ctypes.c_int
 _lib.qr2_route_force.argtypes = [ctypes.c_char_p]
+_lib.qr2_launch_counts.restype = None
+_lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 2
+_lib.qr2_launch_replay.restype = None
+_lib.qr2_launch_replay.argtypes = [ctypes.c_int]
 
 _LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
@@ -145,3 +149,16 @@ def _force_route(name):
     the route table). Process-wide; not thread-safe against concurrent calls."""
     if _lib.qr2_route_force(None if name is None else name.encode()) != 0:
         raise ValueError(f"qr2: no route named {name!r}")
+
+
+def _launch_counts():
+    """Tests only: (kernel launches replayed from qr2's cached one-node CUDA graphs, graphs instantiated) since the
+    library was loaded (cuda/graph_launch.cu)."""
+    replayed, instantiated = ctypes.c_longlong(), ctypes.c_longlong()
+    _lib.qr2_launch_counts(ctypes.byref(replayed), ctypes.byref(instantiated))
+    return replayed.value, instantiated.value
+
+
+def _set_launch_replay(on):
+    """Benchmarks only: False launches every kernel plainly, True (the default) replays cached graphs again."""
+    _lib.qr2_launch_replay(1 if on else 0)
