@@ -142,8 +142,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int can_run(const qr2_route* r, int64_t m, int64_t n, int smem_optin) {
     if (r->kind == QR2_ROUTE_QUAD) return qr2_quad_qr_supported(m, n);
     if (r->kind == QR2_ROUTE_WARP) return qr2_warp_qr_supported(m, n);
-    if (r->kind == QR2_ROUTE_BLOCK)
-        return qr2_block_qr_cluster_supported(m, n, r->cluster);
+    if (r->kind == QR2_ROUTE_BLOCK) return qr2_block_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_REGISTERS) return qr2_register_qr_supported(m, n, r->cluster, smem_optin);
     if (r->kind == QR2_ROUTE_ON_CHIP) return qr2_panel_fits_on_chip(m, n, smem_optin);
     return 1;

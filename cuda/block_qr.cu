@@ -523,34 +523,56 @@ int launch(const qr2_whole_qr_args* a, void* stream) {
     return 0;
 }
 
-template <int CL>
-int launch_rows(const qr2_whole_qr_args* a, void* stream) {
-    if constexpr (CL == 3) {  // n > 176 (or m > 176): the 176-row build, or the 256-row one
-        if (a->m <= 176) return launch<44, CL>(a, stream);
-        return launch<64, CL>(a, stream);
-    } else {
-        if (a->m <= 64) return launch<16, CL>(a, stream);
-        if (a->m <= 128) return launch<32, CL>(a, stream);
-        return launch<44, CL>(a, stream);
+// The build (RQ: rows per quarter of a column) that holds m rows on `cluster` blocks: n > 176 (or m > 176) on three
+// blocks takes the 176-row build or the 256-row one.
+constexpr int build_rows(int64_t m, int cluster) {
+    return cluster == 3 ? (m <= 176 ? 44 : 64) : m <= 64 ? 16 : m <= 128 ? 32 : 44;
+}
+
+// Shared memory a block of the build asks for: the tile opted in for its largest matrix (see launch), and the rest.
+template <int RQ>
+constexpr int64_t build_smem_bytes() {
+    return tile_floats<RQ>(4 * RQ) * (int64_t)sizeof(float) + (int64_t)sizeof(BlockSmem<RQ>);
+}
+
+int64_t smem_bytes(int64_t m, int cluster) {
+    switch (build_rows(m, cluster)) {
+        case 16: return build_smem_bytes<16>();
+        case 32: return build_smem_bytes<32>();
+        case 44: return build_smem_bytes<44>();
+        default: return build_smem_bytes<64>();
     }
 }
 
-}  // namespace
-
-extern "C" int qr2_block_qr_supported(int64_t m, int64_t n) {
-    return m >= 1 && n >= 1 && m <= QR2_BLOCK_QR_MAX && n <= QR2_BLOCK_QR_MAX;
+template <int CL>
+int launch_rows(const qr2_whole_qr_args* a, void* stream) {
+    const int rq = build_rows(a->m, CL);
+    if constexpr (CL == 3) {
+        return rq == 44 ? launch<44, CL>(a, stream) : launch<64, CL>(a, stream);
+    } else {
+        if (rq == 16) return launch<16, CL>(a, stream);
+        return rq == 32 ? launch<32, CL>(a, stream) : launch<44, CL>(a, stream);
+    }
 }
 
-extern "C" int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster) {
-    if (cluster <= 2) return qr2_block_qr_supported(m, n) && (cluster == 1 || (cluster == 2 && n > 16));
+// The shapes the kernel's builds hold, whatever the device.
+int holds(int64_t m, int64_t n, int cluster) {
+    if (cluster == 1 || cluster == 2)
+        return m >= 1 && n >= 1 && m <= QR2_BLOCK_QR_MAX && n <= QR2_BLOCK_QR_MAX && (cluster == 1 || n > 16);
     // three blocks, each with a block of sixteen columns at least
     return cluster == 3 && m >= 1 && m <= QR2_BLOCK_QR_CLUSTER_MAX && n > 16 * (cluster - 1) &&
            n <= QR2_BLOCK_QR_CLUSTER_MAX;
 }
 
+}  // namespace
+
+extern "C" int qr2_block_qr_supported(int64_t m, int64_t n, int cluster, int smem_optin) {
+    return holds(m, n, cluster) && smem_bytes(m, cluster) <= smem_optin;
+}
+
 extern "C" int qr2_block_qr(const qr2_whole_qr_args* a, int cluster, void* stream) {
     if (a->batch <= 0 || a->m <= 0 || a->n <= 0) return 0;
-    if (!qr2_block_qr_cluster_supported(a->m, a->n, cluster))
+    if (!holds(a->m, a->n, cluster))
         return qr2_record_error("block_qr", "matrix too large for one block's registers, or no such cluster");
     if (a->batch > 0x7fffffff / cluster) return qr2_record_error("block_qr", "more blocks than a grid holds");
     switch (cluster) {

@@ -118,8 +118,8 @@ int qr2_quad_qr(const qr2_whole_qr_args* args, void* stream);
  * columns a lane), m, n <= QR2_BLOCK_QR_MAX on 1-2 blocks, m, n <= QR2_BLOCK_QR_CLUSTER_MAX on 3. */
 #define QR2_BLOCK_QR_MAX 176
 #define QR2_BLOCK_QR_CLUSTER_MAX 256
-int qr2_block_qr_supported(int64_t m, int64_t n);
-int qr2_block_qr_cluster_supported(int64_t m, int64_t n, int cluster);
+/* Whether the kernel holds m x n on `cluster` blocks, with a device's `smem_optin` bytes of shared memory a block. */
+int qr2_block_qr_supported(int64_t m, int64_t n, int cluster, int smem_optin);
 int qr2_block_qr(const qr2_whole_qr_args* args, int cluster, void* stream);
 
 /* m, n <= 256 held in registers (columns dealt cyclically to the warps, rows across lanes) with every

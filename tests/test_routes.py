@@ -69,6 +69,20 @@ def test_route_pick(route, shape):
     assert qr2_op.route_for(*shape, smem_optin=HOPPER_SMEM) == route
 
 
+def test_block_routes_need_the_shared_memory_their_build_asks_for():
+    """A GPU with less opt-in shared memory than a block_qr build asks for (its tile for the largest matrix of its row
+    count) gets another route, not a launch that fails."""
+    small = 100 * 1024  # the opt-in shared memory of e.g. an sm_89 or sm_120 GPU
+    for m, n, batch in [(176, 176, 40), (256, 256, 40), (160, 160, 1), (200, 65, 20), (256, 256, 640)]:
+        assert qr2_op.route_for(m, n, batch, smem_optin=HOPPER_SMEM).startswith("block_columns"), (m, n, batch)
+        other = qr2_op.route_for(m, n, batch, smem_optin=small)
+        assert other is not None and not other.startswith("block_columns"), (m, n, batch, other)
+    for name in ("block_columns", "block_columns_cluster2"):
+        assert qr2_op._route_holds(name, 176, 176, HOPPER_SMEM) and not qr2_op._route_holds(name, 176, 176, small)
+        assert qr2_op._route_holds(name, 64, 64, 48 * 1024)  # the 64-row build's tile is small
+    assert not qr2_op._route_holds("block_columns_cluster3", 256, 256, small)
+
+
 def test_any_shape_has_a_route():
     for m, n in [(1, 1), (1, 10**6), (10**6, 1), (70000, 70000), (3, 5000)]:
         for batch in (1, 1000):

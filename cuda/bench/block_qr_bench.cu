@@ -64,7 +64,7 @@ static void residuals(int m, int n, const float* A, const float* H, const float*
 #define BQ_CLUSTER 1
 #endif
 static int run(const qr2_whole_qr_args* a, cudaStream_t stream) {
-    return qr2_block_qr(a, qr2_block_qr_cluster_supported(a->m, a->n, BQ_CLUSTER) ? BQ_CLUSTER : 1, stream);
+    return qr2_block_qr(a, qr2_block_qr_supported(a->m, a->n, BQ_CLUSTER, 232448) ? BQ_CLUSTER : 1, stream);
 }
 
 int main(int argc, char** argv) {
