@@ -2,15 +2,15 @@
 //
 // Why: on the H200's host a kernel launch costs ~3.3 us of CPU, while updating the arguments of an instantiated
 // one-node graph and launching it costs ~1.7 (0.3 + 1.4; cuda/bench/host_path_bench.cu). For a small matrix that is
-// a quarter of a call. Each (device, stream, kernel, grid, block, shared memory) launched twice gets its own graph:
-// its kernel node's arguments are set before every launch (cudaGraphExecKernelNodeSetParams changes only later
-// launches, never ones already queued), and launches of one graph on one stream keep the stream's order.
+// a quarter of a call. Each (device, stream, kernel, grid, block, shared memory) launched a second time gets its own
+// graph: its kernel node's arguments are set before every launch (cudaGraphExecKernelNodeSetParams changes only later
+// launches, never ones already queued), and a graph's launches keep the stream's order.
 //
 // A stream being captured (a user's CUDA graph) always gets a plain launch, so the captured graph holds a plain
-// kernel node. A configuration seen once is launched plainly and only remembered: instantiating costs tens of
-// microseconds, so a caller cycling through more configurations than the cache holds never pays it.
+// kernel node. A configuration is remembered after its first plain launch succeeds and instantiated at its second:
+// instantiating costs tens of microseconds, so a caller cycling through more configurations than the cache holds
+// never pays it. Each host thread has its own cache: no lock, so no thread ever waits on another's launch.
 #include <atomic>
-#include <mutex>
 
 #include "common.cuh"
 
@@ -24,19 +24,47 @@ struct Slot {
     int device;
     dim3 grid, block;
     size_t smem;
+    bool refused;       // CUDA would not instantiate or replay it: plain launches only
     cudaGraph_t graph;  // null until the configuration is launched a second time
     cudaGraphExec_t exec;
     cudaGraphNode_t node;
     unsigned long long last_use;
 };
 
-// One cache for the process, behind a mutex: a slot's argument update and its launch must not interleave with
-// another thread's. Slots are never freed at exit (the driver releases them with the context).
-std::mutex mutex;
-Slot slots[SLOTS];
-unsigned long long clock_ticks;
-long long replays, instantiations;  // for tests (qr2_launch_counts)
-std::atomic<bool> enabled{true};     // measurements only (qr2_launch_replay)
+// Relaxed stream-capture mode for this thread while alive: creating, instantiating, uploading or destroying a graph
+// while another thread captures in global mode (torch.cuda.graph's default) must not invalidate that capture.
+struct RelaxedCapture {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    bool set;
+    RelaxedCapture() : set(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) {
+        if (!set) (void)cudaGetLastError();
+    }
+    ~RelaxedCapture() {
+        if (set) cudaThreadExchangeStreamCaptureMode(&mode);
+    }
+};
+
+void drop_graph(Slot& s) {
+    if (!s.exec && !s.graph) return;
+    RelaxedCapture relaxed;
+    // An executable graph still queued or running is freed by the driver when it completes. A failure here (a reset
+    // device) must not linger as the thread's last error for someone else's launch check.
+    if (s.exec && cudaGraphExecDestroy(s.exec) != cudaSuccess) (void)cudaGetLastError();
+    if (s.graph && cudaGraphDestroy(s.graph) != cudaSuccess) (void)cudaGetLastError();
+    s.graph = nullptr, s.exec = nullptr, s.node = nullptr;
+}
+
+struct Cache {
+    Slot slots[SLOTS] = {};
+    unsigned long long ticks = 0;
+    ~Cache() {  // the thread exits
+        for (Slot& s : slots) drop_graph(s);
+    }
+};
+
+thread_local Cache cache;
+std::atomic<long long> replays{0}, instantiations{0};  // for tests (qr2_launch_counts)
+std::atomic<bool> enabled{true};                        // measurements only (qr2_launch_replay)
 
 bool same(const Slot& s, const void* kernel, cudaStream_t stream, int device, dim3 grid, dim3 block, size_t smem) {
     return s.kernel == kernel && s.stream == stream && s.device == device && s.smem == smem && s.grid.x == grid.x &&
@@ -44,50 +72,20 @@ bool same(const Slot& s, const void* kernel, cudaStream_t stream, int device, di
            s.block.z == block.z;
 }
 
-void release(Slot& s) {
-    // An executable graph still queued or running is freed by the driver when it completes. A failure here (a reset
-    // device) must not linger as the thread's last error for someone else's launch check.
-    if (s.exec && cudaGraphExecDestroy(s.exec) != cudaSuccess) (void)cudaGetLastError();
-    if (s.graph && cudaGraphDestroy(s.graph) != cudaSuccess) (void)cudaGetLastError();
-    s = Slot{};
-}
-
-// Builds the slot's graph with `params` as its kernel's arguments. False (and the slot left without a graph) when
-// CUDA refuses: the caller then launches plainly, and that launch reports any real error.
-bool instantiate(Slot& s, const cudaKernelNodeParams& params) {
-    // Relaxed capture mode: another thread capturing in global mode must not see these calls as unsafe.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    bool ok = cudaGraphCreate(&s.graph, 0) == cudaSuccess &&
-              cudaGraphAddKernelNode(&s.node, s.graph, nullptr, 0, &params) == cudaSuccess &&
-              cudaGraphInstantiate(&s.exec, s.graph, 0) == cudaSuccess;
-    cudaThreadExchangeStreamCaptureMode(&mode);
+// Builds, instantiates and uploads the slot's graph with `params` as its kernel's arguments. False when CUDA refuses
+// (the slot is then marked refused and launched plainly from then on, which reports any real error).
+bool instantiate(Slot& s, const cudaKernelNodeParams& params, cudaStream_t stream) {
+    RelaxedCapture relaxed;
+    const bool ok = cudaGraphCreate(&s.graph, 0) == cudaSuccess &&
+                    cudaGraphAddKernelNode(&s.node, s.graph, nullptr, 0, &params) == cudaSuccess &&
+                    cudaGraphInstantiate(&s.exec, s.graph, 0) == cudaSuccess &&
+                    cudaGraphUpload(s.exec, stream) == cudaSuccess;
     if (!ok) {
         (void)cudaGetLastError();
-        if (s.graph) cudaGraphDestroy(s.graph);
-        s.graph = nullptr, s.exec = nullptr, s.node = nullptr;
+        drop_graph(s);
+        s.refused = true;
     }
     return ok;
-}
-
-// The slot for the configuration, its graph instantiated if it has been launched before; nullptr: launch plainly.
-// Called with the mutex held.
-Slot* find(const void* kernel, cudaStream_t stream, int device, dim3 grid, dim3 block, size_t smem,
-           const cudaKernelNodeParams& params) {
-    Slot* oldest = &slots[0];
-    for (Slot& s : slots) {
-        if (s.kernel && same(s, kernel, stream, device, grid, block, smem)) {
-            s.last_use = ++clock_ticks;
-            if (s.exec) return &s;
-            if (!instantiate(s, params)) return nullptr;
-            ++instantiations;
-            return &s;
-        }
-        if (s.last_use < oldest->last_use) oldest = &s;
-    }
-    release(*oldest);  // first sight: remember the configuration only
-    *oldest = Slot{kernel, stream, device, grid, block, smem, nullptr, nullptr, nullptr, ++clock_ticks};
-    return nullptr;
 }
 
 }  // namespace
@@ -98,39 +96,56 @@ int qr2_launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, vo
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     int device = -1;
     bool replayable = false;
-    if (enabled) {
+    if (enabled.load(std::memory_order_relaxed)) {
         const cudaError_t asked = cudaStreamIsCapturing(stream, &capture);
-        // e.g. the legacy stream while another thread captures: the plain launch below reports it
+        // e.g. the legacy stream while another thread captures a blocking stream: the plain launch below reports it
         if (asked != cudaSuccess) (void)cudaGetLastError();
         replayable = asked == cudaSuccess && capture == cudaStreamCaptureStatusNone &&
                      cudaGetDevice(&device) == cudaSuccess;
     }
+    Slot* slot = nullptr;
     if (replayable) {
+        for (Slot& s : cache.slots)
+            if (s.kernel && same(s, kernel, stream, device, grid, block, smem)) slot = &s;
+    }
+    if (slot && !slot->refused) {
+        slot->last_use = ++cache.ticks;
         cudaKernelNodeParams params = {};
         params.func = const_cast<void*>(kernel);
         params.gridDim = grid;
         params.blockDim = block;
         params.sharedMemBytes = (unsigned)smem;
         params.kernelParams = args;
-        std::lock_guard<std::mutex> lock(mutex);
-        Slot* s = find(kernel, stream, device, grid, block, smem, params);
-        if (s && cudaGraphExecKernelNodeSetParams(s->exec, s->node, &params) == cudaSuccess &&
-            cudaGraphLaunch(s->exec, stream) == cudaSuccess) {
-            ++replays;
-            return 0;
-        }
-        if (s) {  // the graph failed: forget it and launch plainly (which reports a real error)
-            (void)cudaGetLastError();
-            release(*s);
+        const bool fresh = !slot->exec;  // launched once before: instantiate with these arguments
+        if (fresh && instantiate(*slot, params, stream)) instantiations.fetch_add(1, std::memory_order_relaxed);
+        if (slot->exec) {
+            if ((fresh || cudaGraphExecKernelNodeSetParams(slot->exec, slot->node, &params) == cudaSuccess) &&
+                cudaGraphLaunch(slot->exec, stream) == cudaSuccess) {
+                replays.fetch_add(1, std::memory_order_relaxed);
+                return 0;
+            }
+            (void)cudaGetLastError();  // the graph failed: plain launches from now on, and the one below reports
+            drop_graph(*slot);
+            slot->refused = true;
         }
     }
-    QR2_CHECK_CUDA(cudaLaunchKernel(kernel, grid, block, args, smem, stream), what);
+    const cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, smem, stream);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // reported here: it must not surface again in torch's next launch check
+        return qr2_record_cuda_error(err, what);
+    }
+    if (replayable && !slot) {  // first sight, launched: remember it in the least recently used slot
+        Slot* oldest = &cache.slots[0];
+        for (Slot& s : cache.slots)
+            if (s.last_use < oldest->last_use) oldest = &s;
+        drop_graph(*oldest);
+        *oldest = Slot{kernel, stream, device, grid, block, smem, false, nullptr, nullptr, nullptr, ++cache.ticks};
+    }
     return 0;
 }
 
 extern "C" __attribute__((visibility("default"))) void qr2_launch_counts(long long* replayed, long long* instantiated) {
-    std::lock_guard<std::mutex> lock(mutex);
-    *replayed = replays, *instantiated = instantiations;
+    *replayed = replays.load(), *instantiated = instantiations.load();
 }
 
 // Measurements only: 0 turns replay off (every launch plain), 1 back on.
