@@ -10,6 +10,9 @@
 // kernel node. A configuration is remembered after its first plain launch succeeds and instantiated at its second:
 // instantiating costs tens of microseconds, so a caller cycling through more configurations than the cache holds
 // never pays it. Each host thread has its own cache: no lock, so no thread ever waits on another's launch.
+#include <pthread.h>
+#include <stdlib.h>
+
 #include <atomic>
 
 #include "common.cuh"
@@ -54,10 +57,22 @@ void drop_graph(Slot& s) {
     s.graph = nullptr, s.exec = nullptr, s.node = nullptr;
 }
 
+// Set once the process exits (or in a forked child): a thread that ends after that (a daemon thread during Python's
+// finalisation) leaves its graphs to the driver instead of calling a CUDA runtime that may be torn down.
+std::atomic<bool> exiting{false};
+
+void mark_exiting() { exiting = true; }
+
 struct Cache {
     Slot slots[SLOTS] = {};
     unsigned long long ticks = 0;
+    Cache() {
+        // Registered after the CUDA runtime's own exit handlers, so it runs before them.
+        static const bool registered = atexit(mark_exiting) == 0 && pthread_atfork(nullptr, nullptr, mark_exiting) == 0;
+        (void)registered;
+    }
     ~Cache() {  // the thread exits
+        if (exiting) return;
         for (Slot& s : slots) drop_graph(s);
     }
 };
@@ -76,16 +91,21 @@ bool same(const Slot& s, const void* kernel, cudaStream_t stream, int device, di
 // (the slot is then marked refused and launched plainly from then on, which reports any real error).
 bool instantiate(Slot& s, const cudaKernelNodeParams& params, cudaStream_t stream) {
     RelaxedCapture relaxed;
-    const bool ok = cudaGraphCreate(&s.graph, 0) == cudaSuccess &&
-                    cudaGraphAddKernelNode(&s.node, s.graph, nullptr, 0, &params) == cudaSuccess &&
-                    cudaGraphInstantiate(&s.exec, s.graph, 0) == cudaSuccess &&
-                    cudaGraphUpload(s.exec, stream) == cudaSuccess;
-    if (!ok) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaGraphNode_t node = nullptr;
+    const bool made = cudaGraphCreate(&graph, 0) == cudaSuccess;
+    const bool ok = made && cudaGraphAddKernelNode(&node, graph, nullptr, 0, &params) == cudaSuccess &&
+                    cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    s.graph = made ? graph : nullptr;  // only what CUDA made: drop_graph destroys it
+    s.exec = ok ? exec : nullptr, s.node = node;
+    if (!ok || cudaGraphUpload(exec, stream) != cudaSuccess) {
         (void)cudaGetLastError();
         drop_graph(s);
         s.refused = true;
+        return false;
     }
-    return ok;
+    return true;
 }
 
 }  // namespace
@@ -100,16 +120,19 @@ int qr2_launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, vo
         const cudaError_t asked = cudaStreamIsCapturing(stream, &capture);
         // e.g. the legacy stream while another thread captures a blocking stream: the plain launch below reports it
         if (asked != cudaSuccess) (void)cudaGetLastError();
-        replayable = asked == cudaSuccess && capture == cudaStreamCaptureStatusNone &&
-                     cudaGetDevice(&device) == cudaSuccess;
+        replayable = asked == cudaSuccess && capture == cudaStreamCaptureStatusNone;
+        if (replayable && cudaGetDevice(&device) != cudaSuccess) {
+            (void)cudaGetLastError();
+            replayable = false;
+        }
     }
     Slot* slot = nullptr;
     if (replayable) {
         for (Slot& s : cache.slots)
             if (s.kernel && same(s, kernel, stream, device, grid, block, smem)) slot = &s;
     }
+    if (slot) slot->last_use = ++cache.ticks;  // a refused one too: evicting it would retry it
     if (slot && !slot->refused) {
-        slot->last_use = ++cache.ticks;
         cudaKernelNodeParams params = {};
         params.func = const_cast<void*>(kernel);
         params.gridDim = grid;

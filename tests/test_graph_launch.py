@@ -1,12 +1,14 @@
 """cuda/graph_launch.cu: single-kernel routes replay a cached one-node CUDA graph, its arguments set anew for every
 call, once a configuration (kernel, grid, block, stream, device) has been launched before on the same host thread."""
+import subprocess
+import sys
 import threading
 
 import pytest
 import torch
 
 import qr2_op
-from conftest import requires_cuda
+from conftest import ROOT, requires_cuda
 from reference import check_implementation
 
 pytestmark = requires_cuda
@@ -120,15 +122,14 @@ def test_a_captured_call_is_a_plain_kernel_node():
         assert same((H, tau), fresh)
 
 
-def test_a_capture_in_one_thread_survives_graphs_made_and_destroyed_in_another():
-    """torch captures in global mode by default: then any thread's potentially unsafe CUDA call invalidates the
-    capture. A thread instantiating and evicting qr2's graphs meanwhile must not."""
+def capture_while_another_thread_churns():
+    """Run by the test below in a process of its own: a capture that fails can leave torch's allocator mid-capture."""
     inputs = [torch.randn(b, 16, 16, device="cuda") for b in range(1, 41)]  # more configurations than 32 slots
 
-    def churn():  # each configuration twice in a row: the second instantiates, and from the 33rd on one is evicted
-        for A in inputs:
-            factor(A)
-            factor(A)
+    def churn():  # each configuration three times in a row: a plain launch, an instantiation, a replay with new
+        for A in inputs:  # arguments; from the 33rd configuration on, each evicts (destroys) an earlier graph
+            for _ in range(3):
+                factor(A)
 
     churn()  # on this thread: the caching allocator now holds every block the worker's calls will need
     torch.cuda.synchronize()
@@ -159,10 +160,20 @@ def test_a_capture_in_one_thread_survives_graphs_made_and_destroyed_in_another()
     t.join()
     torch.cuda.synchronize()
     assert not errors, errors
-    assert counts()[1] - before[1] >= 40  # the worker's graphs were made during the capture
+    assert counts()[1] - before[1] >= 40  # the worker's graphs were made (and replayed) during the capture
     g.replay()
     torch.cuda.synchronize()
     assert same((H, tau), factor(A))
+
+
+def test_a_capture_in_one_thread_survives_graphs_made_and_destroyed_in_another():
+    """torch captures in global mode by default: then any thread's potentially unsafe CUDA call invalidates the
+    capture. A thread instantiating, replaying and evicting qr2's graphs meanwhile must not."""
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "import test_graph_launch\n"
+            "test_graph_launch.capture_while_another_thread_churns()\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_cycling_through_more_configurations_than_the_cache_holds_never_instantiates():
