@@ -20,8 +20,8 @@ int qr2_record_error(const char* what, const char* detail);
     } while (0)
 
 // Launches kernel<<<grid, block, smem, stream>>> with `args` (cudaLaunchKernel's argument array). A configuration
-// launched before on the same stream and device replays a cached one-node CUDA graph instead, which costs the host
-// half as much (graph_launch.cu); a stream being captured always gets a plain launch.
+// the same host thread launched before on the same stream and device replays a cached one-node CUDA graph instead,
+// which costs the host half as much (graph_launch.cu); a stream being captured always gets a plain launch.
 int qr2_launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, void* stream, void** args,
                       const char* what);
 
