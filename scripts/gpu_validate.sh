@@ -42,4 +42,5 @@ for k in quad_qr warp_qr block_qr register_qr; do
 done
 timeout 150 python3 scripts/host_path.py --json-out "$OUT/host_path.json" > "$OUT/host_path.log" 2>&1; grep "table route: graph" "$OUT/host_path.log"
 timeout 120 python3 scripts/recheck_stress.py > "$OUT/recheck_stress.log" 2>&1; tail -1 "$OUT/recheck_stress.log"
+timeout 200 python3 scripts/replay_ab.py > "$OUT/replay_ab.log" 2>&1; cat "$OUT/replay_ab.log"
 fi
