@@ -135,13 +135,44 @@ def protocol_rows(tag, inputs, rows, outputs_valid=True):
         rows[f"{tag}: QR2 loop, {label} (mean)"] = mean
         rows[f"{tag}: QR2 loop, {label} (best)"] = best
         rows[f"{tag}: QR2 loop, {label} (SM MHz after the calls)"] = clock
-    # where the host time of a rechecked repeat goes: its first calls (cold after the recheck) against the rest
-    host_ns = [[] for _ in inputs]
-    protocol_us(qr2_op.geqrf, inputs, True, recheck, host_ns=host_ns)
-    per_index = [statistics.mean(t[5:]) / 1e3 for t in host_ns]
-    rows[f"{tag}: QR2 loop, rechecked, host time of call 0"] = per_index[0]
-    rows[f"{tag}: QR2 loop, rechecked, host time of calls 1-4 (mean)"] = statistics.mean(per_index[1:5])
-    rows[f"{tag}: QR2 loop, rechecked, host time of calls 5-{len(inputs) - 1} (mean)"] = statistics.mean(per_index[5:])
+    # torch's own ops in the same loop, same recheck between repeats (of qr2's outputs): what any op costs here
+    ref = [qr2_op.geqrf(A) for A in inputs]
+    for label, peer in (("torch.neg (one output)", torch.neg),
+                        ("torch.aminmax(dim=-1) (two outputs, one kernel)", lambda A: torch.aminmax(A, dim=-1))):
+        mean, best, _ = protocol_us(peer, inputs, True, lambda i, _o: recheck(i, ref), False)
+        rows[f"{tag}: QR2 loop, rechecked, {label} (mean)"] = mean
+        rows[f"{tag}: QR2 loop, rechecked, {label} (best)"] = best
+    call_index_rows(tag, inputs, rows)
+
+
+def call_index_rows(tag, inputs, rows):
+    """Where the host time of a rechecked repeat goes: its first calls (cold after the recheck) against the rest, for
+    qr2 (launches replayed from graphs, and plain) and for torch's own ops, with the same recheck between repeats."""
+    ref = [qr2_op.geqrf(A) for A in inputs]
+
+    def recheck(i, _o):
+        check = [check_implementation(A, out)[0] for A, out in zip(i, ref)]
+        assert len(check) == len(i)
+
+    sizes = tuple(inputs[0].shape)
+    strides = (sizes[-1] * sizes[-2], 1, sizes[-2])
+
+    def two_empty(A):
+        return (torch.empty_strided(sizes, strides, device=A.device), torch.empty(sizes[:-1], device=A.device))
+
+    for label, fn, replay in (("qr2_op.geqrf", qr2_op.geqrf, True), ("qr2_op.geqrf, plain launches", qr2_op.geqrf, False),
+                              ("torch.neg", torch.neg, True), ("two torch.empty_strided", two_empty, True),
+                              ("torch.aminmax(dim=-1)", lambda A: torch.aminmax(A, dim=-1), True)):
+        qr2_op._set_launch_replay(replay)
+        host_ns = [[] for _ in inputs]
+        mean, _, _ = protocol_us(fn, inputs, True, recheck, host_ns=host_ns)
+        qr2_op._set_launch_replay(True)
+        rows[f"{tag}: QR2 loop, rechecked, {label}: GPU time per call (mean)"] = mean
+        per_index = [statistics.mean(t[5:]) / 1e3 for t in host_ns]
+        rows[f"{tag}: QR2 loop, rechecked, {label}: host time of call 0"] = per_index[0]
+        rows[f"{tag}: QR2 loop, rechecked, {label}: host time of calls 1-4 (mean)"] = statistics.mean(per_index[1:5])
+        rows[f"{tag}: QR2 loop, rechecked, {label}: host time of calls 5-{len(inputs) - 1} (mean)"] = \
+            statistics.mean(per_index[5:])
 
 
 def main():
@@ -149,6 +180,8 @@ def main():
     p.add_argument("--shapes", default="20,32,32",
                    help="batch,m,n;... (QR2's loop rechecks 50 outputs a repeat: keep them small)")
     p.add_argument("--json-out")
+    p.add_argument("--call-times-only", action="store_true",
+                   help="only the host time of each call of QR2's rechecked loop, qr2 against torch's ops")
     args = p.parse_args()
     op = torch.ops.qr2.geqrf.default
     rows = {}
@@ -166,6 +199,9 @@ def main():
         b, m, n = (int(v) for v in spec.split(","))
         A = torch.randn(b, m, n, device=dev)
         tag = f"b{b} {m}x{n}"
+        if args.call_times_only:
+            call_index_rows(tag, [torch.randn(b, m, n, device=dev) for _ in range(50)], rows)
+            continue
         for route in ("empty_kernel", None):
             qr2_op._force_route(route)
             name = f"{tag} {route or 'table route'}"

@@ -150,6 +150,20 @@ int main() {
     kp.kernelParams = kargs;
     OK(cudaGraphAddKernelNode(&node2, graph2, nullptr, 0, &kp));
     OK(cudaGraphInstantiate(&exec2, graph2, 0));
+    // the same node through the driver API (the runtime's wrappers add their own checks to every call)
+    CUfunction fn_args;
+    OK(cudaGetFuncBySymbol(&fn_args, (const void*)takes_args));
+    CUgraph graph3;
+    CUgraphExec exec3;
+    CUgraphNode node3;
+    OK(cuGraphCreate(&graph3, 0));
+    CUDA_KERNEL_NODE_PARAMS dp = {};
+    dp.func = fn_args;
+    dp.gridDimX = 20, dp.gridDimY = 1, dp.gridDimZ = 1;
+    dp.blockDimX = 256, dp.blockDimY = 1, dp.blockDimZ = 1;
+    dp.kernelParams = kargs;
+    OK(cuGraphAddKernelNode(&node3, graph3, nullptr, 0, &dp));
+    OK(cuGraphInstantiate(&exec3, graph3, 0));
     long long counter = 0;
     struct variant {
         const char* name;
@@ -178,6 +192,12 @@ int main() {
              OK(cudaGraphExecKernelNodeSetParams(exec2, node2, &kp));
              OK(cudaGraphLaunch(exec2, st));
          }, {}},
+        {"cuGraphExecKernelNodeSetParams (new 96-byte argument, same grid) + cuGraphLaunch (driver API)", [&] {
+             big.q[1] = ++counter;
+             OK(cuGraphExecKernelNodeSetParams(exec3, node3, &dp));
+             OK(cuGraphLaunch(exec3, (CUstream)st));
+         }, {}},
+        {"cuGraphLaunch (one kernel node, driver API)", [&] { OK(cuGraphLaunch(exec3, (CUstream)st)); }, {}},
         {"cudaGraphExecKernelNodeSetParams alone (new 96-byte argument, same grid)", [&] {
              big.q[1] = ++counter;
              kp.gridDim = dim3(20);
