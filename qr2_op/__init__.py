@@ -33,7 +33,7 @@ _lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64
 _lib.qr2_route_force.restype = ctypes.c_int
 _lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 _lib.qr2_launch_counts.restype = None
-_lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 2
+_lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 3
 _lib.qr2_launch_replay.restype = None
 _lib.qr2_launch_replay.argtypes = [ctypes.c_int]
 
@@ -152,11 +152,11 @@ def _force_route(name):
 
 
 def _launch_counts():
-    """Tests only: (kernel launches replayed from qr2's cached one-node CUDA graphs, graphs instantiated) since the
-    library was loaded (cuda/graph_launch.cu)."""
-    replayed, instantiated = ctypes.c_longlong(), ctypes.c_longlong()
-    _lib.qr2_launch_counts(ctypes.byref(replayed), ctypes.byref(instantiated))
-    return replayed.value, instantiated.value
+    """Tests only: (kernel launches replayed from qr2's cached one-node CUDA graphs, graphs instantiated, replays that
+    went through the driver's entry points) since the library was loaded (cuda/graph_launch.cu)."""
+    replayed, instantiated, driver = ctypes.c_longlong(), ctypes.c_longlong(), ctypes.c_longlong()
+    _lib.qr2_launch_counts(ctypes.byref(replayed), ctypes.byref(instantiated), ctypes.byref(driver))
+    return replayed.value, instantiated.value, driver.value
 
 
 def _set_launch_replay(on):
