@@ -196,10 +196,12 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     }
 
     const int64_t d = s.dim, m = s.sizes[d - 2], n = s.sizes[d - 1];
-    int64_t batch = 1;
-    for (int64_t i = 0; i < d - 2; ++i) batch *= s.sizes[i];
+    int64_t batch = 1; /* saturates at INT64_MAX: a zero dimension elsewhere may leave the others huge */
+    for (int64_t i = 0; i < d - 2 && batch != 0; ++i)
+        batch = s.sizes[i] == 0 ? 0 : batch > INT64_MAX / s.sizes[i] ? INT64_MAX : batch * s.sizes[i];
     const int64_t kmin = m < n ? m : n;
-    if (m > INT32_MAX || n > INT32_MAX || batch > INT32_MAX)
+    const int empty = batch == 0 || kmin == 0; /* torch.geqrf returns empty outputs for these, whatever the sizes */
+    if (!empty && (m > INT32_MAX || n > INT32_MAX || batch > INT32_MAX))
         fail(&c, "qr2.geqrf: expected m, n and the batch size each below 2^31, got m=%" PRId64 ", n=%" PRId64
                  ", batch=%" PRId64, m, n, batch);
 
@@ -221,7 +223,7 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     const int32_t f32 = aoti_torch_dtype_float32(), cuda = aoti_torch_device_type_cuda();
     TRY(&c, aoti_torch_empty_strided(d, s.sizes, h_strides, f32, cuda, device, &c.h), "allocating H");
     TRY(&c, aoti_torch_empty_strided(d - 1, tau_sizes, tau_strides, f32, cuda, device, &c.tau), "allocating tau");
-    if (c.failed || batch == 0 || kmin == 0) {
+    if (c.failed || empty) {
         finish(&c, stack);
         return;
     }
@@ -279,18 +281,33 @@ static void nested(call* c, const char* op) {
     c->tau = (AtenTensorHandle)(uintptr_t)st[1];
 }
 
-/* Whether grad mode is on and A requires grad, without a requires_grad getter in the stable ABI: an alias of A
- * has autograd history (aten::is_leaf is false) exactly then. */
-static int needs_graph(call* c) {
-    if (!aoti_torch_grad_mode_is_enabled()) return 0;
+/* What autograd must do with A, probed by one aten::_unpack_dual(A, 0) (torch allows one forward-AD level, 0):
+ * RAISE if A carries a forward-AD tangent (torch.geqrf has no forward derivative and raises; the autograd fallback
+ * under _geqrf_impl would drop the tangent, a zero derivative), TRACK if grad mode is on and A requires grad (the
+ * primal, an autograd view of A, then has history: aten::is_leaf is false), else PLAIN. The stable ABI has no
+ * requires_grad or tangent getter. */
+enum { PLAIN, TRACK, RAISE };
+
+static int autograd_need(call* c) {
     AtenTensorHandle probe = 0;
     TRY(c, aoti_torch_new_tensor_handle(c->input, &probe), "aoti_torch_new_tensor_handle");
-    if (c->failed) return 0;
-    StableIValue st[1] = {(StableIValue)(uintptr_t)probe};
-    TRY(c, torch_call_dispatcher("aten::alias", "", st, QR2_TORCH_ABI_2_11), "aten::alias");
-    if (c->failed) return 0;
-    TRY(c, torch_call_dispatcher("aten::is_leaf", "", st, QR2_TORCH_ABI_2_11), "aten::is_leaf");
-    return !c->failed && (st[0] & 0xff) == 0;
+    if (c->failed) return PLAIN;
+    StableIValue st[2] = {(StableIValue)(uintptr_t)probe, 0 /* level */};
+    TRY(c, torch_call_dispatcher("aten::_unpack_dual", "", st, QR2_TORCH_ABI_2_11), "aten::_unpack_dual");
+    if (c->failed) return PLAIN;
+    AtenTensorHandle primal = (AtenTensorHandle)(uintptr_t)st[0], tangent = (AtenTensorHandle)(uintptr_t)st[1];
+    bool has_tangent = false;
+    TRY(c, aoti_torch_is_defined(tangent, &has_tangent), "aoti_torch_is_defined");
+    release(&tangent);
+    int need = has_tangent ? RAISE : PLAIN;
+    if (!c->failed && need == PLAIN && aoti_torch_grad_mode_is_enabled()) {
+        StableIValue leaf[1] = {(StableIValue)(uintptr_t)primal};
+        primal = 0; /* the dispatcher takes it */
+        TRY(c, torch_call_dispatcher("aten::is_leaf", "", leaf, QR2_TORCH_ABI_2_11), "aten::is_leaf");
+        if (!c->failed && (leaf[0] & 0xff) == 0) need = TRACK;
+    }
+    release(&primal);
+    return c->failed ? PLAIN : need;
 }
 
 /* Inputs that require grad under grad mode go to _geqrf_tracked, whose outputs' backward raises; every other
@@ -301,8 +318,11 @@ static void geqrf_autograd(StableIValue* stack, uint64_t num_args, uint64_t num_
     shape s = {0};
     if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
     check_kind(&c, &s);
-    const int tracked = !c.failed && needs_graph(&c);
-    if (!c.failed) nested(&c, tracked ? "qr2::_geqrf_tracked" : "qr2::_geqrf_impl");
+    const int need = c.failed ? PLAIN : autograd_need(&c);
+    if (need == RAISE)
+        fail(&c, "qr2.geqrf: forward-mode AD is not supported: the operator has no forward derivative (torch.geqrf "
+                 "has none either)");
+    if (!c.failed) nested(&c, need == TRACK ? "qr2::_geqrf_tracked" : "qr2::_geqrf_impl");
     finish(&c, stack);
 }
 

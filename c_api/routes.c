@@ -171,11 +171,19 @@ static int64_t tall_panel_floats(const qr2_problem* p) {
     return qr2_tall_panel_work_floats(p->m, p->batch, sms);
 }
 
+/* The widest outer panel: nb columns, or all min(m, n) reflectors when there are fewer (a 2 x 10^7 matrix must
+ * not ask for 32 columns of workspace per row). */
+static int outer_panel_width(const qr2_route* r, const qr2_problem* p) {
+    const int kmin = p->m < p->n ? p->m : p->n;
+    return kmin < r->nb ? kmin : r->nb;
+}
+
 int64_t qr2_route_workspace_floats(const qr2_route* r, const qr2_problem* p) {
     if (r->kind != QR2_ROUTE_BLOCKED) return 0;
-    /* per matrix: explicit V of one outer panel (m x nb), the leaf's T, the compact-WY scratch */
-    return tall_panel_floats(p) + p->batch * ((int64_t)p->m * r->nb + QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W +
-                                              qr2_wy_work_floats(r->nb, p->n));
+    /* per matrix: explicit V of one outer panel (m x its width), the leaf's T, the compact-WY scratch */
+    const int w = outer_panel_width(r, p);
+    return tall_panel_floats(p) + p->batch * ((int64_t)p->m * w + QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W +
+                                              qr2_wy_work_floats(w, p->n));
 }
 
 /* ---- warp_columns, block_columns, registers ---- */
@@ -230,7 +238,7 @@ typedef struct blocked_ctx {
     const qr2_problem* p;
     int smem_optin;
     int k_outer;  /* first column of the current outer panel */
-    float* v;     /* explicit reflectors of the outer panel: (m - k_outer) x nb, ld m - k_outer */
+    float* v;     /* explicit reflectors of the outer panel: (m - k_outer) x its width, ld m - k_outer */
     int64_t v_bs;
     float* t;     /* T of the last register-panel leaf: 32 x 32 per matrix */
     float* wy;    /* compact-WY scratch */
@@ -311,10 +319,11 @@ static int run_blocked(const qr2_route* r, const qr2_problem* p, float* work) {
     const int64_t tall = tall_panel_floats(p);
     c.tall = tall > 0 ? work : 0;
     c.v = work + tall;
-    c.v_bs = (int64_t)p->m * r->nb;
+    const int width = outer_panel_width(r, p); /* every panel below is at most this wide */
+    c.v_bs = (int64_t)p->m * width;
     c.t = c.v + p->batch * c.v_bs;
     c.wy = c.t + p->batch * QR2_PANEL_WY_MAX_W * QR2_PANEL_WY_MAX_W;
-    c.wy_bs = qr2_wy_work_floats(r->nb, p->n);
+    c.wy_bs = qr2_wy_work_floats(width, p->n);
     const int kmin = p->m < p->n ? p->m : p->n;
     for (int k = 0; k < kmin; k += r->nb) {
         const int w = (int)min64(r->nb, kmin - k);
@@ -355,6 +364,13 @@ int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin) {
 int qr2_route_holds(const char* name, int64_t m, int64_t n, int smem_optin) {
     for (int i = 0; i < ROUTE_COUNT; ++i)
         if (strcmp(routes[i].name, name) == 0) return can_run(&routes[i], m, n, smem_optin);
+    return -1;
+}
+
+int64_t qr2_route_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch) {
+    const qr2_problem p = {.batch = batch, .m = (int)m, .n = (int)n, .device = 0};
+    for (int i = 0; i < ROUTE_COUNT; ++i)
+        if (strcmp(routes[i].name, name) == 0) return 4 * qr2_route_workspace_floats(&routes[i], &p);
     return -1;
 }
 

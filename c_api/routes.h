@@ -61,6 +61,8 @@ QR2_EXPORT const char* qr2_route_description(int index);
 QR2_EXPORT int qr2_route_index_for(int64_t m, int64_t n, int64_t batch, int smem_optin);
 /* Whether route `name`'s kernels can hold m x n at all, the table's limits aside (-1: no such route). */
 QR2_EXPORT int qr2_route_holds(const char* name, int64_t m, int64_t n, int smem_optin);
+/* Tests only: bytes of device workspace route `name` asks for a batch of m x n on device 0 (-1: no such route). */
+QR2_EXPORT int64_t qr2_route_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch);
 /* Tests and benchmarks only: run `name` for every shape it can run, whatever the table's limits
  * (NULL: back to the table). "empty_kernel" (not a row of the table) makes every FP32 CUDA call launch
  * one empty kernel and return H and tau uninitialised: the floor of a call, for the benchmark. */

@@ -79,6 +79,7 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr,
 AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src, int32_t non_blocking);
 AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
 AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle, AtenTensorHandle* new_handle);
+AOTITorchError aoti_torch_is_defined(AtenTensorHandle tensor, bool* ret_is_defined);
 bool aoti_torch_grad_mode_is_enabled(void);
 
 /* --- CUDA (libtorch_cuda) --- */

@@ -8,6 +8,8 @@ import ctypes
 import os
 
 import torch
+import torch._functorch.utils as _functorch_utils
+import torch.autograd.forward_ad as _forward_ad
 
 __all__ = ["geqrf", "routes", "route_for"]
 
@@ -30,6 +32,8 @@ _lib.qr2_route_index_for.restype = ctypes.c_int
 _lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
 _lib.qr2_route_holds.restype = ctypes.c_int
 _lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+_lib.qr2_route_workspace_bytes.restype = ctypes.c_int64
+_lib.qr2_route_workspace_bytes.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
 _lib.qr2_route_force.restype = ctypes.c_int
 _lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 _lib.qr2_launch_counts.restype = None
@@ -60,9 +64,12 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     to ``aten::geqrf``. Other dtypes raise RuntimeError. The operator is not differentiable:
     backward raises, as torch.geqrf's does.
     """
-    if isinstance(A, torch.Tensor) and A.layout == torch.strided and not (A.requires_grad and torch.is_grad_enabled()):
-        # Nothing for autograd to record: the below-autograd twin, which geqrf's Autograd kernel would pick
-        # too, without that kernel's requires-grad probe and nested dispatch (about 1.7 us per call).
+    if not isinstance(A, torch.Tensor):
+        raise TypeError(f"qr2.geqrf: expected a Tensor, got {type(A).__name__}")
+    if (A.layout == torch.strided and not (A.requires_grad and torch.is_grad_enabled())
+            and _forward_ad._current_level < 0):
+        # Nothing for autograd to record, no forward-AD level open: the below-autograd twin, which geqrf's Autograd
+        # kernel would pick too, without that kernel's probe and nested dispatch (about 1.7 us per call).
         return _geqrf_impl_op(A)
     return _geqrf_op(A)
 
@@ -100,21 +107,54 @@ _geqrf_impl_op = torch.ops.qr2._geqrf_impl.default
 
 
 class _NotDifferentiable(torch.autograd.Function):
-    """Gives the outputs a grad_fn whose backward raises, as torch.geqrf's does."""
+    """Gives the outputs a grad_fn whose backward raises, as torch.geqrf's does. The forward/setup_context form with a
+    generated vmap rule lets torch.func's transforms (vjp, grad, jacrev) run the forward; the derivative raises."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, A):
+    def forward(A):
         return _geqrf_impl_op(A)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     def backward(ctx, grad_h, grad_tau):
         raise RuntimeError("qr2.geqrf: the operator is not differentiable (torch.geqrf has no derivative either)")
 
+    @staticmethod
+    def jvp(ctx, tangent):
+        raise RuntimeError("qr2.geqrf: forward-mode AD is not supported: the operator has no forward derivative "
+                           "(torch.geqrf has none either)")
+
 
 def _geqrf_tracked(A):
-    # Reached from geqrf's Autograd kernel (c_api/geqrf_op.c) only when A requires grad under grad mode.
-    return _NotDifferentiable.apply(A)
+    # Reached from geqrf's Autograd kernel (c_api/geqrf_op.c) only when A requires grad under grad mode. Under
+    # torch.func's transforms A is already unwrapped for this autograd level, so the Function runs as plain autograd
+    # at that level (Function.apply would send it back through torch.func's dispatch), as torch.func itself runs one.
+    if not torch._C._are_functorch_transforms_active():
+        return _NotDifferentiable.apply(A)
+    with _functorch_utils.enable_single_level_autograd_function():
+        return super(torch.autograd.Function, _NotDifferentiable).apply(A)
 
+
+def _vmap_rule(op):
+    """torch.vmap: the mapped dimension becomes the outermost batch dimension, so one call factors every sample and
+    each sample's H keeps torch.geqrf's column-major strides."""
+
+    def rule(info, in_dims, A):
+        (dim,) = in_dims
+        if dim is None:
+            return op(A), (None, None)
+        return op(A.movedim(dim, 0)), (0, 0)
+
+    return rule
+
+
+torch.library.register_vmap("qr2::geqrf", _vmap_rule(_geqrf_op))
+torch.library.register_vmap("qr2::_geqrf_impl", _vmap_rule(_geqrf_impl_op))
 
 _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it would drop the kernel
 _impl_lib.impl("_geqrf_tracked", _geqrf_tracked, "CompositeImplicitAutograd")
@@ -142,6 +182,14 @@ def _route_holds(name: str, m: int, n: int, smem_optin: int = 232448) -> bool:
     if r < 0:
         raise ValueError(f"qr2: no route named {name!r}")
     return bool(r)
+
+
+def _route_workspace_bytes(name: str, m: int, n: int, batch: int) -> int:
+    """Tests only: bytes of device workspace route `name` asks for a batch of m x n (on device 0)."""
+    r = _lib.qr2_route_workspace_bytes(name.encode(), m, n, batch)
+    if r < 0:
+        raise ValueError(f"qr2: no route named {name!r}")
+    return r
 
 
 def _force_route(name):

@@ -226,3 +226,83 @@ def test_python_api_and_operator_agree(device, entry, kind):
     if graph:
         with pytest.raises(RuntimeError, match=r"qr2\.geqrf: the operator is not differentiable"):
             H.sum().backward()
+
+
+ENTRIES = {"qr2_op.geqrf": qr2_op.geqrf, "torch.ops.qr2.geqrf": torch.ops.qr2.geqrf}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("transform", ["forward_ad", "jvp", "jacfwd"])
+def test_forward_mode_ad_raises(device, entry, transform):
+    """torch.geqrf has no forward derivative and raises. Unchecked, torch's autograd fallback would drop A's tangent
+    and return outputs without one: a zero derivative."""
+    import torch.autograd.forward_ad as fwAD
+
+    fn = ENTRIES[entry]
+    A = torch.randn(2, 5, 4, device=device)
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: forward-mode AD is not supported"):
+        if transform == "forward_ad":
+            with fwAD.dual_level():
+                fn(fwAD.make_dual(A, torch.ones_like(A)))
+        elif transform == "jvp":
+            torch.func.jvp(lambda a: fn(a)[0], (A,), (torch.ones_like(A),))
+        else:
+            torch.func.jacfwd(lambda a: fn(a)[0])(A)
+    with fwAD.dual_level():  # a forward-AD level, but no tangent on A: an ordinary call
+        H, tau = fn(A)
+    assert H.grad_fn is None and check_implementation(A, (H, tau))[0]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_torch_func_vjp_runs_the_forward_and_the_derivative_raises(device, entry):
+    fn = ENTRIES[entry]
+    A = torch.randn(2, 5, 4, device=device)
+    (H, tau), pullback = torch.func.vjp(fn, A)
+    assert check_implementation(A, (H, tau))[0]
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: the operator is not differentiable"):
+        pullback((torch.ones_like(H), torch.ones_like(tau)))
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: the operator is not differentiable"):
+        torch.func.grad(lambda a: fn(a)[0].sum())(A)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("in_dim", [0, 1, 2])
+def test_vmap_factors_all_samples_in_one_call_with_torch_geqrf_layout(device, entry, in_dim):
+    """The vmap rule folds the mapped dimension into the batch: no per-sample fallback (one call per sample, whose
+    outputs torch would stack row-major), the same results as one batched call, each sample in torch.geqrf's layout."""
+    fn = ENTRIES[entry]
+    for op in ("qr2::geqrf", "qr2::_geqrf_impl"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "FuncTorchBatched"), op
+    A = torch.randn(4, 6, 5, device=device)
+    H, tau = torch.vmap(fn, in_dims=in_dim)(A.movedim(0, in_dim).contiguous())
+    Hr, taur = fn(A)
+    assert torch.equal(H, Hr) and torch.equal(tau, taur)
+    assert H.stride() == torch.geqrf(A.cpu())[0].stride() and H[1].stride() == torch.geqrf(A[1].cpu())[0].stride()
+    assert check_implementation(A, (H, tau))[0]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_vmap_of_an_unmapped_input(device, entry):
+    fn = ENTRIES[entry]
+    A, B = torch.randn(3, 5, device=device), torch.randn(2, 3, 5, device=device)
+    H, tau = torch.vmap(lambda b: fn(A), randomness="same")(B)  # A is captured, not mapped: every sample is A's QR
+    assert H.shape == (2, 3, 5) and torch.equal(H[0], fn(A)[0]) and torch.equal(H[1], H[0])
+
+
+@pytest.mark.parametrize("value", [None, 3.0, [[1.0, 2.0], [3.0, 4.0]]])
+def test_a_non_tensor_raises_type_error(value):
+    with pytest.raises(TypeError, match=r"qr2\.geqrf: expected a Tensor"):
+        qr2_op.geqrf(value)
+
+
+@requires_cuda
+@pytest.mark.parametrize("shape", [(0, 2**31, 1), (1, 2**31, 0), (2**31, 0, 3), (3, 2**31 + 5, 0)], ids=str)
+def test_empty_inputs_with_sizes_past_2_31_give_empty_outputs(shape):
+    """torch.geqrf returns empty outputs for these; the kernels' 2^31 limits apply only to matrices that exist."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    H, tau = torch.ops.qr2.geqrf(torch.empty(shape, device="cuda"))
+    with FakeTensorMode():
+        Hf, tauf = torch.ops.qr2.geqrf(torch.empty(shape, device="cuda"))
+    assert H.shape == Hf.shape == shape and H.stride() == Hf.stride()
+    assert tau.shape == tauf.shape and tau.stride() == tauf.stride() and tau.numel() == 0

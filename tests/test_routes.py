@@ -128,3 +128,13 @@ def test_on_chip_first_call_needing_just_over_48_kb_of_shared_memory():
     # 1533 x 8: the panel in shared memory plus householder_panel's static reduction scratch just over the default
     # 48 KB (a launch that failed before the scratch counted)
     whole_matrix.first_call_of_a_process("on_chip", (1, 1533, 8))
+
+
+@pytest.mark.parametrize("batch, m, n", [(10, 2, 10**6), (50, 20000, 4), (4, 3, 400000)])
+def test_blocked_workspace_holds_only_the_reflectors_that_exist(batch, m, n):
+    """With min(m, n) below the route's 32-column panel, the workspace (V of one panel, the compact-WY scratch) is
+    sized for min(m, n) columns: a 2 x 10^6 matrix asking for 32 would need 32 times its own size and could run out
+    of memory where torch.geqrf does not."""
+    assert qr2_op.route_for(m, n, batch) == "blocked_nb32"
+    h_bytes = 4 * batch * m * n
+    assert qr2_op._route_workspace_bytes("blocked_nb32", m, n, batch) <= 2.1 * h_bytes
