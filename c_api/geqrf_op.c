@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qr2_cuda.h"
@@ -24,11 +25,12 @@
 #define SCHEMA "geqrf(Tensor A) -> (Tensor, Tensor)"
 #define SCHEMA_IMPL "_geqrf_impl(Tensor A) -> (Tensor, Tensor)"
 #define SCHEMA_TRACKED "_geqrf_tracked(Tensor A) -> (Tensor, Tensor)"
-#define MAX_DIM 64
+#define MAX_DIM 64 /* dimensions whose output strides live on the stack; more go to the heap */
 
 typedef struct call {
     AtenTensorHandle input, h, tau, work;
     CUDAGuardHandle guard;
+    int64_t* heap; /* output strides of inputs with more than MAX_DIM dimensions (freed by finish) */
     char msg[640];
     int failed;
 } call;
@@ -53,6 +55,8 @@ static void release(AtenTensorHandle* t) {
 
 /* Releases everything the call still owns; raises if it failed. */
 static void finish(call* c, StableIValue* stack) {
+    free(c->heap);
+    c->heap = 0;
     if (c->guard) aoti_torch_delete_cuda_guard(c->guard);
     c->guard = 0;
     release(&c->work);
@@ -72,6 +76,17 @@ static void finish(call* c, StableIValue* stack) {
     do {                                                                        \
         if (!(c)->failed && (expr) != 0) fail((c), "qr2.geqrf: %s failed", what); \
     } while (0)
+
+/* An output or workspace allocation through torch's caching allocator. Its exception does not cross the stable ABI
+ * (torch logs it), so the message says what was asked for and the likely reason. */
+static void allocate(call* c, AtenTensorHandle* t, int64_t dim, const int64_t* sizes, const int64_t* strides,
+                     int32_t device, int64_t floats, const char* what) {
+    if (c->failed) return;
+    if (aoti_torch_empty_strided(dim, sizes, strides, aoti_torch_dtype_float32(), aoti_torch_device_type_cuda(),
+                                 device, t) != 0)
+        fail(c, "qr2.geqrf: allocating %s (%" PRId64 " bytes on cuda:%d) failed: out of memory, or a CUDA error "
+                "(torch logged the reason)", what, 4 * floats, (int)device);
+}
 
 static const char* dtype_name(int32_t d) {
     if (d == aoti_torch_dtype_float32()) return "float32";
@@ -111,8 +126,6 @@ static void check_kind(call* c, shape* s) {
     else if (s->dim < 2)
         fail(c, "qr2.geqrf: expected a tensor of shape (*, m, n) with at least 2 dimensions, got %" PRId64
                 " dimension(s)", s->dim);
-    else if (s->dim > MAX_DIM)
-        fail(c, "qr2.geqrf: expected at most %d dimensions, got %" PRId64, MAX_DIM, s->dim);
     else if (!is_lapack_dtype(s->dtype))
         fail(c, "qr2.geqrf: expected a float32, float64, complex64 or complex128 tensor, got %s",
              dtype_name(s->dtype));
@@ -214,15 +227,18 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
         TRY(&c, aoti_torch_create_cuda_guard(device, &c.guard), "aoti_torch_create_cuda_guard");
     TRY(&c, aoti_torch_get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream");
 
-    int64_t h_strides[MAX_DIM], tau_sizes[MAX_DIM], tau_strides[MAX_DIM];
+    int64_t on_stack[3 * MAX_DIM];
+    int64_t* dims = on_stack;
+    if (d > MAX_DIM && !(dims = c.heap = malloc(3 * (size_t)d * sizeof(int64_t))))
+        fail(&c, "qr2.geqrf: out of host memory for %" PRId64 " dimensions", d);
+    int64_t *h_strides = dims, *tau_sizes = dims + d, *tau_strides = dims + 2 * d;
     if (!c.failed) {
         output_strides(&s, kmin, h_strides, tau_strides);
         memcpy(tau_sizes, s.sizes, (size_t)(d - 2) * sizeof(int64_t));
         tau_sizes[d - 2] = kmin;
     }
-    const int32_t f32 = aoti_torch_dtype_float32(), cuda = aoti_torch_device_type_cuda();
-    TRY(&c, aoti_torch_empty_strided(d, s.sizes, h_strides, f32, cuda, device, &c.h), "allocating H");
-    TRY(&c, aoti_torch_empty_strided(d - 1, tau_sizes, tau_strides, f32, cuda, device, &c.tau), "allocating tau");
+    allocate(&c, &c.h, d, s.sizes, h_strides, device, empty ? 0 : batch * m * n, "H");
+    allocate(&c, &c.tau, d - 1, tau_sizes, tau_strides, device, empty ? 0 : batch * kmin, "tau");
     if (c.failed || empty) {
         finish(&c, stack);
         return;
@@ -254,7 +270,7 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     const int64_t work_floats = c.failed ? 0 : qr2_route_workspace_floats(route, &p);
     if (work_floats > 0) {
         int64_t size = work_floats, stride = 1;
-        TRY(&c, aoti_torch_empty_strided(1, &size, &stride, f32, cuda, device, &c.work), "allocating workspace");
+        allocate(&c, &c.work, 1, &size, &stride, device, size, "the workspace");
         TRY(&c, aoti_torch_get_data_ptr(c.work, (void**)&work), "aoti_torch_get_data_ptr(workspace)");
     }
     if (!c.failed && route->kind == QR2_ROUTE_BLOCKED)

@@ -306,3 +306,28 @@ def test_empty_inputs_with_sizes_past_2_31_give_empty_outputs(shape):
         Hf, tauf = torch.ops.qr2.geqrf(torch.empty(shape, device="cuda"))
     assert H.shape == Hf.shape == shape and H.stride() == Hf.stride()
     assert tau.shape == tauf.shape and tau.stride() == tauf.stride() and tau.numel() == 0
+
+
+@requires_cuda
+def test_an_output_too_large_for_the_gpu_raises_and_leaves_the_operator_usable():
+    """H of 8 TB: the caching allocator's exception does not cross the stable ABI, so qr2's message names what it
+    asked for; nothing leaks, and the next call works."""
+    A = torch.zeros(1, 1, 1, device="cuda").expand(2**17, 2**12, 2**12)  # no memory behind it
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: allocating H \(8796093022208 bytes on cuda:0\) failed"):
+        torch.ops.qr2.geqrf(A)
+    assert torch.cuda.memory_allocated() == before
+    B = torch.randn(3, 8, 8, device="cuda")
+    assert check_implementation(B, torch.ops.qr2.geqrf(B))[0]
+
+
+@pytest.mark.parametrize("ndim", [64, 65, 70])
+def test_any_number_of_batch_dimensions(device, ndim):
+    """torch.geqrf takes any number of dimensions; past 64, qr2 keeps the output strides on the heap."""
+    A = torch.randn([1] * (ndim - 3) + [2, 5, 4], device=device)
+    H, tau = qr2_op.geqrf(A)
+    Hr, taur = torch_reference(A)
+    assert H.shape == Hr.shape and H.stride() == Hr.stride() and tau.shape == taur.shape
+    assert tau.stride() == taur.stride()
+    assert check_implementation(A.reshape(2, 5, 4), (H.reshape(2, 5, 4), tau.reshape(2, 4)))[0]
