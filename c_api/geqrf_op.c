@@ -48,6 +48,9 @@ static void fail(call* c, const char* fmt, ...) {
  * into an error code (the text goes only to torch's log), so the Autograd kernel raises it again from here. */
 static _Thread_local char raised[640];
 
+/* Python's _geqrf_tracked notes its message here before it raises, for the Autograd kernel that called it. */
+QR2_EXPORT void qr2_note_error(const char* msg) { snprintf(raised, sizeof raised, "%s", msg ? msg : ""); }
+
 static void release(AtenTensorHandle* t) {
     if (*t) aoti_torch_delete_tensor_object(*t);
     *t = 0;

@@ -8,7 +8,6 @@ import ctypes
 import os
 
 import torch
-import torch._functorch.utils as _functorch_utils
 import torch.autograd.forward_ad as _forward_ad
 
 __all__ = ["geqrf", "routes", "route_for"]
@@ -35,6 +34,8 @@ _lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64
 _lib.qr2_route_workspace_bytes.restype = ctypes.c_int64
 _lib.qr2_route_workspace_bytes.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
 _lib.qr2_route_force.restype = ctypes.c_int
+_lib.qr2_note_error.restype = None
+_lib.qr2_note_error.argtypes = [ctypes.c_char_p]
 _lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 _lib.qr2_launch_counts.restype = None
 _lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 3
@@ -66,6 +67,7 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.geqrf: expected a Tensor, got {type(A).__name__}")
+    # (A forward-AD level opened through torch._C alone, not forward_ad.dual_level, escapes the last test.)
     if (A.layout == torch.strided and not (A.requires_grad and torch.is_grad_enabled())
             and _forward_ad._current_level < 0):
         # Nothing for autograd to record, no forward-AD level open: the below-autograd twin, which geqrf's Autograd
@@ -107,37 +109,30 @@ _geqrf_impl_op = torch.ops.qr2._geqrf_impl.default
 
 
 class _NotDifferentiable(torch.autograd.Function):
-    """Gives the outputs a grad_fn whose backward raises, as torch.geqrf's does. The forward/setup_context form with a
-    generated vmap rule lets torch.func's transforms (vjp, grad, jacrev) run the forward; the derivative raises."""
-
-    generate_vmap_rule = True
+    """Gives the outputs a grad_fn whose backward raises, as torch.geqrf's does."""
 
     @staticmethod
-    def forward(A):
+    def forward(ctx, A):
         return _geqrf_impl_op(A)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
 
     @staticmethod
     def backward(ctx, grad_h, grad_tau):
         raise RuntimeError("qr2.geqrf: the operator is not differentiable (torch.geqrf has no derivative either)")
 
-    @staticmethod
-    def jvp(ctx, tangent):
-        raise RuntimeError("qr2.geqrf: forward-mode AD is not supported: the operator has no forward derivative "
-                           "(torch.geqrf has none either)")
+
+
+_TRANSFORM_MESSAGE = ("qr2.geqrf: torch.func transforms that track gradients (vjp, grad, jacrev, hessian) are not "
+                      "supported: the operator is not differentiable (torch.geqrf has no derivative either)")
 
 
 def _geqrf_tracked(A):
-    # Reached from geqrf's Autograd kernel (c_api/geqrf_op.c) only when A requires grad under grad mode. Under
-    # torch.func's transforms A is already unwrapped for this autograd level, so the Function runs as plain autograd
-    # at that level (Function.apply would send it back through torch.func's dispatch), as torch.func itself runs one.
-    if not torch._C._are_functorch_transforms_active():
-        return _NotDifferentiable.apply(A)
-    with _functorch_utils.enable_single_level_autograd_function():
-        return super(torch.autograd.Function, _NotDifferentiable).apply(A)
+    # Reached from geqrf's Autograd kernel (c_api/geqrf_op.c) only when A requires grad under grad mode. Inside a
+    # torch.func transform a Function here would record its raising node at the innermost autograd level only, and
+    # gradients at the outer levels would silently skip qr2 (torch's own custom ops refuse these transforms too).
+    if torch._C._are_functorch_transforms_active():
+        _lib.qr2_note_error(_TRANSFORM_MESSAGE.encode())  # the C kernel raises it: its nested call loses ours
+        raise RuntimeError(_TRANSFORM_MESSAGE)
+    return _NotDifferentiable.apply(A)
 
 
 def _vmap_rule(op):
@@ -154,7 +149,9 @@ def _vmap_rule(op):
 
 
 torch.library.register_vmap("qr2::geqrf", _vmap_rule(_geqrf_op))
-torch.library.register_vmap("qr2::_geqrf_impl", _vmap_rule(_geqrf_impl_op))
+# The twin's rule calls the public op: a BatchedTensor does not report requires_grad, so the fast path may reach the
+# twin with an input that, unwrapped, requires grad; the public op's Autograd kernel then tracks it.
+torch.library.register_vmap("qr2::_geqrf_impl", _vmap_rule(_geqrf_op))
 
 _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it would drop the kernel
 _impl_lib.impl("_geqrf_tracked", _geqrf_tracked, "CompositeImplicitAutograd")
