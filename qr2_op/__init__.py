@@ -34,9 +34,9 @@ _lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64
 _lib.qr2_route_workspace_bytes.restype = ctypes.c_int64
 _lib.qr2_route_workspace_bytes.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
 _lib.qr2_route_force.restype = ctypes.c_int
+_lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 _lib.qr2_note_error.restype = None
 _lib.qr2_note_error.argtypes = [ctypes.c_char_p]
-_lib.qr2_route_force.argtypes = [ctypes.c_char_p]
 _lib.qr2_launch_counts.restype = None
 _lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 3
 _lib.qr2_launch_replay.restype = None
@@ -63,7 +63,8 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     float32 CUDA input runs qr2's own kernels (no host synchronisation, capturable in a CUDA
     graph, on the current stream). float64 and complex input, and every CPU input, are delegated
     to ``aten::geqrf``. Other dtypes raise RuntimeError. The operator is not differentiable:
-    backward raises, as torch.geqrf's does.
+    backward raises, as torch.geqrf's does, and so do forward-mode AD and torch.func's gradient
+    transforms. ``torch.vmap`` factors all samples in one call.
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.geqrf: expected a Tensor, got {type(A).__name__}")
@@ -118,7 +119,6 @@ class _NotDifferentiable(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h, grad_tau):
         raise RuntimeError("qr2.geqrf: the operator is not differentiable (torch.geqrf has no derivative either)")
-
 
 
 _TRANSFORM_MESSAGE = ("qr2.geqrf: torch.func transforms that track gradients (vjp, grad, jacrev, hessian) are not "
