@@ -92,15 +92,23 @@ static void allocate(call* c, AtenTensorHandle* t, int64_t dim, const int64_t* s
 }
 
 static const char* dtype_name(int32_t d) {
-    if (d == aoti_torch_dtype_float32()) return "float32";
-    if (d == aoti_torch_dtype_float64()) return "float64";
-    if (d == aoti_torch_dtype_complex64()) return "complex64";
-    if (d == aoti_torch_dtype_complex128()) return "complex128";
-    if (d == aoti_torch_dtype_float16()) return "float16";
-    if (d == aoti_torch_dtype_bfloat16()) return "bfloat16";
-    if (d == aoti_torch_dtype_int64()) return "int64";
-    if (d == aoti_torch_dtype_int32()) return "int32";
-    if (d == aoti_torch_dtype_bool()) return "bool";
+    static const struct {
+        int32_t (*code)(void);
+        const char* name;
+    } known[] = {
+        {aoti_torch_dtype_float32, "float32"},   {aoti_torch_dtype_float64, "float64"},
+        {aoti_torch_dtype_complex64, "complex64"}, {aoti_torch_dtype_complex128, "complex128"},
+        {aoti_torch_dtype_float16, "float16"},   {aoti_torch_dtype_bfloat16, "bfloat16"},
+        {aoti_torch_dtype_complex32, "complex32"}, {aoti_torch_dtype_int64, "int64"},
+        {aoti_torch_dtype_int32, "int32"},       {aoti_torch_dtype_int16, "int16"},
+        {aoti_torch_dtype_int8, "int8"},         {aoti_torch_dtype_uint8, "uint8"},
+        {aoti_torch_dtype_uint16, "uint16"},     {aoti_torch_dtype_uint32, "uint32"},
+        {aoti_torch_dtype_uint64, "uint64"},     {aoti_torch_dtype_bool, "bool"},
+        {aoti_torch_dtype_float8_e4m3fn, "float8_e4m3fn"}, {aoti_torch_dtype_float8_e5m2, "float8_e5m2"},
+        {aoti_torch_dtype_float8_e4m3fnuz, "float8_e4m3fnuz"}, {aoti_torch_dtype_float8_e5m2fnuz, "float8_e5m2fnuz"},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
+        if (d == known[i].code()) return known[i].name;
     return "an unsupported dtype";
 }
 

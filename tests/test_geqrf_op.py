@@ -53,7 +53,8 @@ def test_other_lapack_dtypes_are_delegated_to_aten(device, dtype):
     torch.testing.assert_close(tau, taur)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.int8,
+                                   torch.uint8, torch.bool, torch.complex32, torch.float8_e4m3fn], ids=str)
 def test_unsupported_dtype_raises(device, dtype):
     A = torch.ones(4, 4, device=device).to(dtype)
     with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a float32, float64, complex64 or complex128 "
