@@ -108,11 +108,15 @@ __device__ __forceinline__ T warp_sum(T x) {
 // reflector c, published as slot c of the tile (u for every stored row: 0 above row c, dd on it) and its scalars. The
 // column is read without masks: u_{c-1} is 0 above row c - 1, rows past the matrix are 0, and rows the owner did not
 // publish hold finite values of earlier columns (or the zeros they were cleared to).
-template <int RQ, int BR>
+//
+// The builder's registers hold rows 32 i + lane; those of i < I0 (all above row c - 1, so u_{c-1} and the tail are 0
+// there, and nobody reads them from the tile) are skipped: I0 = (c - 1) >> 5, a compile-time constant for the 32
+// columns of a band (see builder_steps), which takes up to two thirds of the rows off the chain late in the matrix.
+template <int RQ, int BR, int I0>
 __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& sm, float* tile, int c, int lane) {
     const float* col = sm.col[c & 1];
 #pragma unroll
-    for (int i = 0; i < BR; ++i) b.y[i] = col[32 * i + lane];
+    for (int i = I0; i < BR; ++i) b.y[i] = col[32 * i + lane];
     // One butterfly for reflector c - 1's dot with the column and the updated tail's sum of squares: with y' = y - s u
     // (s = tau_u (u . y)), |y'_tail|^2 = |y_tail|^2 - 2 s (u . y)_tail + s^2 |u_tail|^2, four sums at once. That
     // difference cancels when y' is much shorter than y or s u; then the tail's squares are summed again from y'.
@@ -120,7 +124,7 @@ __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& s
     const float uc = c > 0 ? tile[tile_at<RQ>(c - 1) + c] : 0.f;
     float sum[4] = {0.f, 0.f, 0.f, 0.f};  // u . y, then over the tail rows > c: y . y, u . y, u . u
 #pragma unroll
-    for (int i = 0; i < BR; ++i) {
+    for (int i = I0; i < BR; ++i) {
         const bool tail = 32 * i + lane > c;
         sum[0] = fmaf(b.uu[i], b.y[i], sum[0]);
         sum[1] = tail ? fmaf(b.y[i], b.y[i], sum[1]) : sum[1];
@@ -135,11 +139,11 @@ __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& s
     const float alpha = fmaf(-s, uc, alpha0);  // as row c of y' below, bit for bit; -0 stays -0 (R's diagonal)
     float ss = fmaf(s, fmaf(s, sum[3], -2.f * sum[2]), sum[1]);
 #pragma unroll
-    for (int i = 0; i < BR; ++i) b.y[i] = fmaf(-s, b.uu[i], b.y[i]);
+    for (int i = I0; i < BR; ++i) b.y[i] = fmaf(-s, b.uu[i], b.y[i]);
     if (!(ss >= 0.5f * fmaf(s * s, sum[3], sum[1]))) {  // warp-uniform (a butterfly's sums agree on every lane)
         ss = 0.f;
 #pragma unroll
-        for (int i = 0; i < BR; ++i) ss = 32 * i + lane > c ? fmaf(b.y[i], b.y[i], ss) : ss;
+        for (int i = I0; i < BR; ++i) ss = 32 * i + lane > c ? fmaf(b.y[i], b.y[i], ss) : ss;
         ss = warp_sum(ss);
     }
     float beta, tau, rd;
@@ -148,7 +152,7 @@ __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& s
         beta = f.beta, tau = f.tau, rd = f.rd;
         b.tau_u = f.tau_u;
 #pragma unroll
-        for (int i = 0; i < BR; ++i) {
+        for (int i = I0; i < BR; ++i) {
             const int row = 32 * i + lane;
             b.uu[i] = row < c ? 0.f : row == c ? f.dd : b.y[i];
         }
@@ -157,23 +161,39 @@ __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& s
         // fit FP32), applied as u = (1, v) with tau_u = tau. A zero tail: tau = 0, nothing changes (LAPACK), v = 0.
         double ss64 = 0.0;
 #pragma unroll
-        for (int i = 0; i < BR; ++i) ss64 = 32 * i + lane > c ? fma((double)b.y[i], (double)b.y[i], ss64) : ss64;
+        for (int i = I0; i < BR; ++i) ss64 = 32 * i + lane > c ? fma((double)b.y[i], (double)b.y[i], ss64) : ss64;
         ss64 = warp_sum(ss64);
         double beta64 = alpha, tau64 = 0.0, scal = 0.0;
         if (ss64 != 0.0) householder_scalars((double)alpha, ss64, beta64, tau64, scal);
         beta = (float)beta64, tau = (float)tau64, rd = 1.f;  // u is v itself
         b.tau_u = tau;
 #pragma unroll
-        for (int i = 0; i < BR; ++i) {
+        for (int i = I0; i < BR; ++i) {
             const int row = 32 * i + lane;
             b.uu[i] = row < c ? 0.f : row == c ? 1.f : (float)((double)b.y[i] * scal);
         }
     }
     float* u = tile + tile_at<RQ>(c);
 #pragma unroll
-    for (int i = 0; i < BR; ++i)
+    for (int i = I0; i < BR; ++i)
         if (!packed_tile<RQ>() || 32 * i + lane >= 16 * (c >> 4)) u[32 * i + lane] = b.uu[i];
     if (lane == 0) sm.tau_u[c] = b.tau_u, sm.beta[c] = beta, sm.rd[c] = rd, sm.tau[c] = tau;
+}
+
+// The builder's steps r_lo .. r_hi - 1: step r waits at the step barrier, then applies reflector r to column r + 1 and
+// builds reflector r + 1 from it; by bands of 32 steps, unrolled (I0 = r >> 5, see build_reflector).
+template <int RQ, int BR, int I0>
+__device__ __forceinline__ void builder_steps(Builder<BR>& b, BlockSmem<RQ>& sm, float* tile, int r_lo, int r_hi,
+                                              int lane, int threads) {
+    if constexpr (I0 < BR) {
+        const int end = r_hi < 32 * I0 + 32 ? r_hi : 32 * I0 + 32;
+#pragma unroll 1
+        for (int r = r_lo > 32 * I0 ? r_lo : 32 * I0; r < end; ++r) {
+            step_barrier(threads);
+            if (r + 1 < r_hi) build_reflector<RQ, BR, I0>(b, sm, tile, r + 1, lane);
+        }
+        if (end == 32 * I0 + 32) builder_steps<RQ, BR, I0 + 1>(b, sm, tile, r_lo, r_hi, lane, threads);
+    }
 }
 
 // ---- the bulk warps ----
@@ -444,12 +464,8 @@ __global__ void __maxnreg__(CL > 1 ? 255 : 168) block_qr_kernel(qr2_whole_qr_arg
             b.tau_u = 0.f;
 #pragma unroll
             for (int i = 0; i < BR; ++i) b.uu[i] = 0.f;
-            build_reflector<RQ, BR>(b, sm, tile, r_lo, lane);
-#pragma unroll 1
-            for (int r = r_lo; r < r_hi; ++r) {
-                step_barrier(threads);
-                if (r + 1 < r_hi) build_reflector<RQ, BR>(b, sm, tile, r + 1, lane);
-            }
+            build_reflector<RQ, BR, 0>(b, sm, tile, r_lo, lane);
+            builder_steps<RQ, BR, 0>(b, sm, tile, r_lo, r_hi, lane, threads);
             return;
         }
         if (warp == courier) {

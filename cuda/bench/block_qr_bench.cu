@@ -59,12 +59,18 @@ static void residuals(int m, int n, const float* A, const float* H, const float*
     *orth = std::sqrt(oerr) / (eps * m);
 }
 
-// The kernel under test: with -DBQ_CLUSTER=2 a cluster of two blocks per matrix where it holds the shape.
+// The kernel under test: with -DBQ_CLUSTER=2 (or 3) a cluster of two (three) blocks per matrix where it holds the
+// shape, else one block; shapes neither holds are skipped.
 #ifndef BQ_CLUSTER
 #define BQ_CLUSTER 1
 #endif
+static int cluster_for(int m, int n) {
+    return qr2_block_qr_supported(m, n, BQ_CLUSTER, 232448) ? BQ_CLUSTER
+           : qr2_block_qr_supported(m, n, 1, 232448)       ? 1
+                                                            : 0;
+}
 static int run(const qr2_whole_qr_args* a, cudaStream_t stream) {
-    return qr2_block_qr(a, qr2_block_qr_supported(a->m, a->n, BQ_CLUSTER, 232448) ? BQ_CLUSTER : 1, stream);
+    return qr2_block_qr(a, cluster_for(a->m, a->n), stream);
 }
 
 int main(int argc, char** argv) {
@@ -73,10 +79,13 @@ int main(int argc, char** argv) {
     const int shapes[][3] = {{40, 176, 176}, {1, 176, 176}, {40, 160, 160}, {40, 128, 128}, {40, 100, 100},
                              {132, 160, 160}, {40, 64, 64}, {640, 176, 176}, {640, 128, 128}, {40, 176, 100},
                              {40, 100, 176}, {20, 32, 32}, {3, 175, 175}, {3, 33, 33}, {2, 1, 1}, {2, 3, 5},
-                             {2, 5, 3}, {2, 17, 17}, {2, 130, 99}, {2, 99, 130}, {4, 64, 63}, {2, 176, 1}, {1, 32, 32}, {20, 16, 16}, {640, 32, 32}, {20, 32, 20}};
+                             {2, 5, 3}, {2, 17, 17}, {2, 130, 99}, {2, 99, 130}, {4, 64, 63}, {2, 176, 1}, {1, 32, 32},
+                             {20, 16, 16}, {640, 32, 32}, {20, 32, 20},
+                             {40, 256, 256}, {1, 256, 256}, {40, 200, 200}, {40, 256, 128}, {3, 255, 199}};
     for (const auto& s : shapes) {
         if (done++ == only) break;
         const int batch = s[0], m = s[1], n = s[2], K = m < n ? m : n;
+        if (!cluster_for(m, n)) continue;
         const size_t count = (size_t)batch * m * n;
         std::vector<float> A(count);
         srand(7);
