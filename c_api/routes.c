@@ -62,7 +62,8 @@ static const qr2_route routes[] = {
      * matrix (thirteenth session, both forced in one run, batches 1-66): n 176 69.5-71.1 against 82.5-83.3 us, n 128
      * 46.2-46.6 against 50.7-51.1, n 96 35.6-36.3 against 37.6-38.1, n 72 28.1-29.2 against 29.4-29.6, n 64
      * 26.1-26.9 against 23.2-23.4; 40 x 100 x 176 56.8 against 63.5 (quick_times). Kernel alone: 132 x 160 (two
-     * waves) 126.5 against 76.2 */
+     * waves) 126.5 against 76.2. Nineteenth session (the builder's row bands in both), per call, batches 1-40: n 176
+     * 65.6-66.5 against 79.7-80.8, n 72 28.1-29.8 against 28.9-30.4 */
     {"block_columns_cluster2", QR2_ROUTE_BLOCK, 0, 0, 72, QR2_BLOCK_QR_MAX, 0, 66, 0, 0, 2,
      "the `block_columns` kernel on a 2-block cluster per matrix: block 0 factors the left half of the columns and "
      "forwards each reflector by st.async into block 1, which applies them as they land and then factors the rest"},

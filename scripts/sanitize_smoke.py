@@ -30,7 +30,7 @@ CLUSTER_ROUTES = ("registers_cluster2", "block_columns_cluster2", "block_columns
 def launches_clusters(route, batch, m, n):
     if route in ("blocked_nb32", "blocked_nb64"):
         return batch <= 66 or m > 512  # 2-block register panels, or panel_wy's clusters
-    return route in CLUSTER_ROUTES
+    return route.startswith(CLUSTER_ROUTES)  # block_columns_cluster3_tall and _many too
 
 
 for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
