@@ -111,7 +111,7 @@ __device__ __forceinline__ T warp_sum(T x) {
 //
 // The builder's registers hold rows 32 i + lane; those of i < I0 (all above row c - 1, so u_{c-1} and the tail are 0
 // there, and nobody reads them from the tile) are skipped: I0 = (c - 1) >> 5, a compile-time constant for the 32
-// columns of a band (see builder_steps), which takes up to two thirds of the rows off the chain late in the matrix.
+// columns of a band (see builder_steps), which takes most of the rows off the chain late in the matrix.
 template <int RQ, int BR, int I0>
 __device__ __forceinline__ void build_reflector(Builder<BR>& b, BlockSmem<RQ>& sm, float* tile, int c, int lane) {
     const float* col = sm.col[c & 1];
