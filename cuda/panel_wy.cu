@@ -90,13 +90,14 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
     cluster.sync();
     float cmax = 0.f;
     for (int r = 0; r < C; ++r) cmax = fmaxf(cmax, cluster.map_shared_rank(&sh, r)->cmax);
+    // 2^-expo spans 2^-128 .. 2^149 (subnormal panels, entries near FLT_MAX): one factor would overflow, two do not
     int expo = 0;
     if (cmax > 0.f && isfinite(cmax)) frexpf(cmax, &expo);
-    const float down = ldexpf(1.f, -expo), up = ldexpf(1.f, expo);
+    const Pow2 down = pow2(-expo), up = pow2(expo);
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
 #pragma unroll
-        for (int c = 0; c < W; ++c) p[k][c] *= down;
+        for (int c = 0; c < W; ++c) p[k][c] = times(p[k][c], down);
     cluster.sync();  // every block has read every cmax before wred is reused
 
     for (int j = 0; j <= kk; ++j) {  // step kk only completes the reflector dots
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_wy_kernel(qr2_panel_wy_args 
             for (int slot = 0; slot < W; ++slot) {
                 const int c = slot >= W - kk ? slot - (W - kk) : slot + kk;
                 if (c < w) {
-                    panel[(int64_t)c * a.ldh + i] = i <= c ? p[k][slot] * up : p[k][slot];
+                    panel[(int64_t)c * a.ldh + i] = i <= c ? times(p[k][slot], up) : p[k][slot];
                     v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : p[k][slot]);
                 }
             }
