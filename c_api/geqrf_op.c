@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "qr2_cuda.h"
-#include "routes.h"
+#include "configs.h"
 #include "torch_abi.h"
 
 #define SCHEMA "geqrf(Tensor A) -> (Tensor, Tensor)"
@@ -208,6 +208,9 @@ static int batch_stride(const shape* s, int64_t* bs) {
     return 1;
 }
 
+/* torch's cuBLAS handle for the current stream, for the families that call cuBLAS (qr2_problem.blas_handle). */
+static int blas_handle(void** handle) { return torch_get_current_cuda_blas_handle(handle) != 0; }
+
 static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
     call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
     shape s = {0};
@@ -255,16 +258,16 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
         return;
     }
 
-    qr2_problem p = {.batch = batch, .m = (int)m, .n = (int)n, .device = device, .stream = stream};
-    int smem_optin = 0;
-    if (qr2_cuda_smem_optin(device, &smem_optin)) fail(&c, "%s", qr2_cuda_last_error());
-    const qr2_route* route = c.failed ? 0 : qr2_route_pick(m, n, batch, smem_optin);
-    if (!c.failed && !route) fail(&c, "qr2.geqrf: no route admits m=%" PRId64 ", n=%" PRId64, m, n);
+    qr2_device dev;
+    if (qr2_cuda_device(device, &dev)) fail(&c, "%s", qr2_cuda_last_error());
+    qr2_problem p = {.batch = batch, .m = (int)m, .n = (int)n, .dev = &dev, .stream = stream, .blas_handle = blas_handle};
+    const qr2_config* config = c.failed ? 0 : qr2_policy_pick(m, n, batch, &dev);
+    if (!c.failed && !config) fail(&c, "qr2.geqrf: no configuration runs m=%" PRId64 ", n=%" PRId64, m, n);
     TRY(&c, aoti_torch_get_data_ptr(c.h, (void**)&p.h), "aoti_torch_get_data_ptr(H)");
     TRY(&c, aoti_torch_get_data_ptr(c.tau, (void**)&p.tau), "aoti_torch_get_data_ptr(tau)");
 
     int64_t a_bs = 0;
-    if (!c.failed && batch_stride(&s, &a_bs)) { /* the route reads A through its strides */
+    if (!c.failed && batch_stride(&s, &a_bs)) { /* the kernels read A through its strides */
         TRY(&c, aoti_torch_get_data_ptr(c.input, (void**)&p.a), "aoti_torch_get_data_ptr(A)");
         p.a_rs = s.strides[d - 2];
         p.a_cs = s.strides[d - 1];
@@ -278,15 +281,13 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     }
 
     float* work = 0;
-    const int64_t work_floats = c.failed ? 0 : qr2_route_workspace_floats(route, &p);
+    const int64_t work_floats = c.failed ? 0 : config->family->workspace_floats(config, &p);
     if (work_floats > 0) {
         int64_t size = work_floats, stride = 1;
         allocate(&c, &c.work, 1, &size, &stride, device, size, "the workspace");
         TRY(&c, aoti_torch_get_data_ptr(c.work, (void**)&work), "aoti_torch_get_data_ptr(workspace)");
     }
-    if (!c.failed && route->kind == QR2_ROUTE_BLOCKED)
-        TRY(&c, torch_get_current_cuda_blas_handle(&p.blas), "torch_get_current_cuda_blas_handle");
-    if (!c.failed && qr2_route_run(route, &p, work) != 0) fail(&c, "%s", qr2_cuda_last_error());
+    if (!c.failed && config->family->run(config, &p, work) != 0) fail(&c, "%s", qr2_cuda_last_error());
     /* The workspace handle is dropped now: the caching allocator reuses the block only for work
      * queued later on the same stream, after ours. */
     finish(&c, stack);

@@ -1,6 +1,8 @@
-// device.cu - host helpers shared by every launcher: the error message buffer and per-device limits.
+// device.cu - host helpers shared by every launcher: the error message buffer, the device description, the empty
+// kernel.
+#include <atomic>
 
-#include "common.cuh"
+#include "launch.cuh"
 
 static thread_local char last_error[512];
 
@@ -11,38 +13,47 @@ int qr2_record_error(const char* what, const char* detail) {
     return 1;
 }
 
+extern "C" int qr2_cuda_fail(const char* what, const char* detail) { return qr2_record_error(what, detail); }
+
 int qr2_record_cuda_error(cudaError_t err, const char* what) {
     char detail[384];
     snprintf(detail, sizeof detail, "%s: %s", cudaGetErrorName(err), cudaGetErrorString(err));
     return qr2_record_error(what, detail);
 }
 
-// Device attributes are immutable, so caching them per device is safe; a racing first
-// call only stores the same value twice.
+// Device attributes are immutable, so one description per device is queried once; a racing first call only
+// stores the same values twice (each field atomically, `ready` last).
+namespace {
 enum { MAX_DEVICES = 64 };
-static int smem_optin_cache[MAX_DEVICES];
-static int sm_count_cache[MAX_DEVICES];
+struct Cached {
+    std::atomic<int> sms{0}, smem_optin{0}, clusters{0};
+    std::atomic<bool> ready{false};
+};
+Cached cache[MAX_DEVICES];
+}  // namespace
 
-static int cached_attribute(int* cache, cudaDeviceAttr attr, int device, int* value, const char* what) {
-    if (device >= 0 && device < MAX_DEVICES && cache[device] > 0) {
-        *value = cache[device];
+extern "C" int qr2_cuda_device(int index, qr2_device* out) {
+    Cached* c = index >= 0 && index < MAX_DEVICES ? &cache[index] : nullptr;
+    if (c && c->ready.load(std::memory_order_acquire)) {
+        *out = {index, c->sms.load(std::memory_order_relaxed), c->smem_optin.load(std::memory_order_relaxed),
+                c->clusters.load(std::memory_order_relaxed)};
         return 0;
     }
-    int v = 0;
-    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&v, attr, device), what);
-    if (device >= 0 && device < MAX_DEVICES) cache[device] = v;
-    *value = v;
+    int sms = 0, smem = 0, major = 0;
+    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index),
+                   "cudaDeviceGetAttribute(MultiProcessorCount)");
+    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, index),
+                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+    QR2_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index),
+                   "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+    *out = {index, sms, smem, major >= 9};
+    if (c) {
+        c->sms.store(sms, std::memory_order_relaxed);
+        c->smem_optin.store(smem, std::memory_order_relaxed);
+        c->clusters.store(major >= 9, std::memory_order_relaxed);
+        c->ready.store(true, std::memory_order_release);
+    }
     return 0;
-}
-
-extern "C" int qr2_cuda_smem_optin(int device, int* bytes) {
-    return cached_attribute(smem_optin_cache, cudaDevAttrMaxSharedMemoryPerBlockOptin, device, bytes,
-                            "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-}
-
-extern "C" int qr2_cuda_sm_count(int device, int* count) {
-    return cached_attribute(sm_count_cache, cudaDevAttrMultiProcessorCount, device, count,
-                            "cudaDeviceGetAttribute(MultiProcessorCount)");
 }
 
 extern "C" int qr2_cuda_current_device(int* device) {
@@ -52,7 +63,10 @@ extern "C" int qr2_cuda_current_device(int* device) {
 
 static __global__ void empty_kernel() {}
 
-extern "C" int qr2_launch_empty(void* stream) {
-    void* none[1] = {nullptr};  // through the same launcher as the factorisations, so that it stays their floor
-    return qr2_launch_kernel((const void*)empty_kernel, dim3(1), dim3(32), 0, stream, none, "empty kernel launch");
+extern "C" int qr2_empty_run(void* stream) {
+    Qr2Launch how;  // launched as the single-kernel configurations launch, so that it stays their floor
+    how.grid = dim3(1);
+    how.block = dim3(32);
+    how.replay = true;
+    return qr2_launch(empty_kernel, how, stream, "empty kernel launch");
 }

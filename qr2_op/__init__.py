@@ -6,11 +6,12 @@ ABI), after which the operator is available as ``torch.ops.qr2.geqrf``.
 
 import ctypes
 import os
+from typing import NamedTuple
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-__all__ = ["geqrf", "routes", "route_for"]
+__all__ = ["geqrf", "configs", "config_for", "device_of", "Device", "H200"]
 
 _LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libqr2.so")
 if not os.path.exists(_LIB_PATH):
@@ -22,19 +23,18 @@ _err = ctypes.create_string_buffer(512)
 if _lib.qr2_register(_err, ctypes.c_size_t(len(_err))) != 0:
     raise ImportError(_err.value.decode())
 
-_lib.qr2_route_count.restype = ctypes.c_int
-_lib.qr2_route_name.restype = ctypes.c_char_p
-_lib.qr2_route_name.argtypes = [ctypes.c_int]
-_lib.qr2_route_description.restype = ctypes.c_char_p
-_lib.qr2_route_description.argtypes = [ctypes.c_int]
-_lib.qr2_route_index_for.restype = ctypes.c_int
-_lib.qr2_route_index_for.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
-_lib.qr2_route_holds.restype = ctypes.c_int
-_lib.qr2_route_holds.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
-_lib.qr2_route_workspace_bytes.restype = ctypes.c_int64
-_lib.qr2_route_workspace_bytes.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-_lib.qr2_route_force.restype = ctypes.c_int
-_lib.qr2_route_force.argtypes = [ctypes.c_char_p]
+_i64, _int, _str = ctypes.c_int64, ctypes.c_int, ctypes.c_char_p
+for _name, _res, _args in [
+    ("qr2_config_count", _int, []),
+    ("qr2_config_name", _str, [_int]),
+    ("qr2_config_family", _str, [_int]),
+    ("qr2_config_description", _str, [_int]),
+    ("qr2_config_index_for", _int, [_i64, _i64, _i64, _int, _int, _int]),
+    ("qr2_config_can_run", _int, [_str, _i64, _i64, _int, _int, _int]),
+    ("qr2_config_workspace_bytes", _i64, [_str, _i64, _i64, _i64, _int]),
+    ("qr2_config_force", _int, [_str]),
+]:
+    getattr(_lib, _name).restype, getattr(_lib, _name).argtypes = _res, _args
 _lib.qr2_note_error.restype = None
 _lib.qr2_note_error.argtypes = [ctypes.c_char_p]
 _lib.qr2_launch_counts.restype = None
@@ -157,48 +157,66 @@ _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it woul
 _impl_lib.impl("_geqrf_tracked", _geqrf_tracked, "CompositeImplicitAutograd")
 
 
-def routes():
-    """The CUDA route table, in the order rows are tried: a list of (name, description)."""
+class Device(NamedTuple):
+    """What the policy knows of a GPU: SMs, opt-in shared memory per block (bytes), thread-block clusters."""
+
+    sms: int
+    smem_optin: int
+    clusters: bool
+
+
+H200 = Device(sms=132, smem_optin=232448, clusters=True)
+
+
+def device_of(device=None) -> Device:
+    """The policy's description of a CUDA device (an index, torch.device or None for the current one)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
+    return Device(props.multi_processor_count, props.shared_memory_per_block_optin, props.major >= 9)
+
+
+def configs():
+    """The kernel configurations, in the order of the README's route map: a list of (name, family, description)."""
     return [
-        (_lib.qr2_route_name(i).decode(), _lib.qr2_route_description(i).decode())
-        for i in range(_lib.qr2_route_count())
+        (_lib.qr2_config_name(i).decode(), _lib.qr2_config_family(i).decode(), _lib.qr2_config_description(i).decode())
+        for i in range(_lib.qr2_config_count())
     ]
 
 
-def route_for(m: int, n: int, batch: int = 1, smem_optin: int = 232448) -> str:
-    """Name of the route a batch of FP32 CUDA m x n problems takes (smem_optin: the device's opt-in
-    shared memory per block; 232448 bytes on Hopper)."""
-    i = _lib.qr2_route_index_for(m, n, batch, smem_optin)
-    return _lib.qr2_route_name(i).decode() if i >= 0 else None
+def config_for(m: int, n: int, batch: int = 1, device: Device = H200) -> str:
+    """Name of the configuration the policy picks for a batch of FP32 CUDA m x n problems on `device` (a Device;
+    see device_of)."""
+    i = _lib.qr2_config_index_for(m, n, batch, device.sms, device.smem_optin, int(device.clusters))
+    return _lib.qr2_config_name(i).decode() if i >= 0 else None
 
 
-def _route_holds(name: str, m: int, n: int, smem_optin: int = 232448) -> bool:
-    """Tests and benchmarks only: whether route `name`'s kernels can hold m x n, the table's limits aside (a
-    forced route that cannot falls back to the table)."""
-    r = _lib.qr2_route_holds(name.encode(), m, n, smem_optin)
+def _can_run(name: str, m: int, n: int, device: Device = H200) -> bool:
+    """Tests and tools only: whether configuration `name` can run m x n on `device`, the policy aside (a forced
+    configuration that cannot falls back to the policy)."""
+    r = _lib.qr2_config_can_run(name.encode(), m, n, device.sms, device.smem_optin, int(device.clusters))
     if r < 0:
-        raise ValueError(f"qr2: no route named {name!r}")
+        raise ValueError(f"qr2: no configuration named {name!r}")
     return bool(r)
 
 
-def _route_workspace_bytes(name: str, m: int, n: int, batch: int) -> int:
-    """Tests only: bytes of device workspace route `name` asks for a batch of m x n (on device 0)."""
-    r = _lib.qr2_route_workspace_bytes(name.encode(), m, n, batch)
+def _workspace_bytes(name: str, m: int, n: int, batch: int, device: Device = H200) -> int:
+    """Tests only: bytes of device workspace configuration `name` asks for a batch of m x n."""
+    r = _lib.qr2_config_workspace_bytes(name.encode(), m, n, batch, device.sms)
     if r < 0:
-        raise ValueError(f"qr2: no route named {name!r}")
+        raise ValueError(f"qr2: no configuration named {name!r}")
     return r
 
 
-def _force_route(name):
-    """Tests and benchmarks only: send every FP32 CUDA shape that route `name` admits to it (None: back to
-    the route table). Process-wide; not thread-safe against concurrent calls."""
-    if _lib.qr2_route_force(None if name is None else name.encode()) != 0:
-        raise ValueError(f"qr2: no route named {name!r}")
+def _force_config(name):
+    """Tests and tools only: send every FP32 CUDA shape that configuration `name` can run to it (None: back to the
+    policy; "empty_kernel": one empty kernel per call, H and tau unset). Process-wide; not thread-safe against
+    concurrent calls."""
+    if _lib.qr2_config_force(None if name is None else name.encode()) != 0:
+        raise ValueError(f"qr2: no configuration named {name!r}")
 
 
 def _launch_counts():
     """Tests only: (kernel launches replayed from qr2's cached one-node CUDA graphs, graphs instantiated, replays that
-    went through the driver's entry points) since the library was loaded (cuda/graph_launch.cu)."""
+    went through the driver's entry points) since the library was loaded (cuda/launch.cu)."""
     replayed, instantiated, driver = ctypes.c_longlong(), ctypes.c_longlong(), ctypes.c_longlong()
     _lib.qr2_launch_counts(ctypes.byref(replayed), ctypes.byref(instantiated), ctypes.byref(driver))
     return replayed.value, instantiated.value, driver.value

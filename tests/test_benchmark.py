@@ -296,7 +296,7 @@ def test_the_floor_restores_the_route_table_when_its_loop_raises(monkeypatch):
     import qr2_op
 
     calls = []
-    monkeypatch.setattr(qr2_op, "_force_route", lambda name: calls.append(name))
+    monkeypatch.setattr(qr2_op, "_force_config", lambda name: calls.append(name))
 
     def raising(A):
         if calls and calls[-1] == "empty_kernel":

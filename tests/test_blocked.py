@@ -1,7 +1,7 @@
-"""The blocked routes (c_api/routes.c), each forced: `blocked_nb32` and `blocked_nb64` (64-column outer panels
+"""The blocked family (c_api/blocked.c), each configuration forced: `blocked_nb32` and `blocked_nb64` (64-column outer panels
 split into two 32-column panels). Their panels of up to 512 rows go to the register kernel of
-cuda/register_qr.cu (which then also writes V and T), taller ones to cuda/panel_wy.cu while one cluster holds
-them (8192 rows), the tallest to cuda/tall_panel.cu. Both routes must pass the QR2 checker on every shape,
+cuda/whole/registers.cu (which then also writes V and T), taller ones to cuda/blocked/panel_cluster.cu while one cluster holds
+them (8192 rows), the tallest to cuda/blocked/panel_tall.cu. Both configurations must pass the QR2 checker on every shape,
 profile and batch."""
 import pytest
 import torch
@@ -19,13 +19,13 @@ ROUTES = ["blocked_nb32", "blocked_nb64"]
 
 @pytest.fixture(params=ROUTES)
 def route(request):
-    qr2_op._force_route(request.param)
+    qr2_op._force_config(request.param)
     yield request.param
-    qr2_op._force_route(None)
+    qr2_op._force_config(None)
 
 
 # Panel heights cross every rows-per-lane step of the register panels (32 | 64 | 128 | 256 | 384 | 512), the
-# switch to panel_wy past 512 rows and to the tall-panel kernel past 8192; widths leave a last panel narrower
+# switch to the cluster panel past 512 rows and to the tall-panel kernel past 8192; widths leave a last panel narrower
 # than 32.
 SHAPES = [(257, 257), (300, 300), (384, 384), (385, 385), (512, 512), (513, 513), (700, 700), (1024, 1024),
           (1100, 40), (512, 33), (513, 95), (40, 1100), (777, 300), (300, 777), (1000, 5), (6, 1000), (65, 300),
@@ -41,7 +41,7 @@ def test_shapes(route, shape):
     assert torch.all(tau[:, 1] == 0)
 
 
-# Batch 1..66 gets 2-block clusters per register panel, 67 and more one block (panel_cluster in register_qr.cu).
+# Batch 1..66 gets 2-block clusters per register panel, 67 and more one block (panel_cluster in registers.cu).
 @pytest.mark.parametrize("batch", [1, 66, 67, 300])
 def test_batch_sizes(route, batch):
     check(torch.randn(batch, 400, 400, device="cuda"))

@@ -1,4 +1,4 @@
-"""qr2's own CUDA kernels (cuda/*.cu behind c_api/routes.c): QR2 gates on the QR2 suite, a shape sweep,
+"""qr2's own CUDA kernels (cuda/*.cu behind c_api/policy.c): QR2 gates on the QR2 suite, a shape sweep,
 LAPACK conventions and hostile inputs."""
 import pytest
 import torch

@@ -8,16 +8,16 @@ import torch
 import qr2_op
 from conftest import requires_cuda
 from reference import check_implementation
-from test_routes import ROUTE_EXAMPLES
+from test_policy import CONFIG_EXAMPLES
 
 pytestmark = requires_cuda
 
 
 def _shapes(route):
     """The route's first example (batch capped at 8), plus shapes that reach the blocked route's tall panels: 700 rows
-    put a whole later panel (all subnormal in `subnormal_below_the_first_rows`) into panel_wy, 9000 rows into the
+    put a whole later panel (all subnormal in `subnormal_below_the_first_rows`) into the cluster panel, 9000 rows into the
     many-block tall-panel kernel."""
-    m, n, batch = ROUTE_EXAMPLES[route][0]
+    m, n, batch = CONFIG_EXAMPLES[route][0]
     shapes = [(min(batch, 8), m, n)]
     if route.startswith("blocked"):
         shapes += [(2, 700, 96), (1, 9000, 40)]
@@ -74,7 +74,7 @@ def _factor_forced(route, A):
 
 
 @pytest.mark.parametrize("kind", list(INPUTS))
-@pytest.mark.parametrize("route", list(ROUTE_EXAMPLES))
+@pytest.mark.parametrize("route", list(CONFIG_EXAMPLES))
 def test_extreme_values(route, kind):
     gen = torch.Generator().manual_seed(29)
     for batch, m, n in _shapes(route):
@@ -88,7 +88,7 @@ def test_extreme_values(route, kind):
 
 def test_rows_decaying_into_subnormals_at_2048():
     """A user's report: 4 x 2048 x 2048 with rows decaying geometrically (the last few hundred subnormal or zero)
-    came back with NaN in H from the table's route: a panel_wy panel (more than 512 rows) whose largest entry
+    came back with NaN in H from the policy's configuration: a cluster panel (more than 512 rows) whose largest entry
     is subnormal was scaled by 2^-expo > 2^127 = Inf."""
     gen = torch.Generator().manual_seed(4)
     A = torch.randn(4, 2048, 2048, dtype=torch.float64, generator=gen)

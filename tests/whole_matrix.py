@@ -1,5 +1,5 @@
-"""Checks shared by the tests that force one route (test_register_qr.py, test_warp_qr.py, test_blocked.py): each test file
-forces its route and calls these with shapes its kernel holds."""
+"""Checks shared by the tests that force one configuration (test_registers.py, test_warp.py, test_blocked.py): each test file
+forces its configuration and calls these with shapes its kernel holds."""
 import math
 import re
 import subprocess
@@ -25,7 +25,7 @@ def first_call_of_a_process(route, shape):
     launch sets up (its shared-memory limit) persists in a process, so earlier calls could hide a launch that fails."""
     code = ("import torch, qr2_op\n"
             "from reference import check_implementation\n"
-            f"qr2_op._force_route({route!r})\n"
+            f"qr2_op._force_config({route!r})\n"
             f"A = torch.randn(*{tuple(shape)!r}, device='cuda')\n"
             "ok, msg = check_implementation(A, torch.ops.qr2.geqrf(A))\n"
             "assert ok, msg\n")

@@ -1,0 +1,130 @@
+/*
+ * blocked.c - the blocked family's schedule: blocked Householder QR with compact-WY updates.
+ *
+ * For each outer panel of nb columns: factor it (a panel of up to leaf_nb columns is one panel kernel; a wider one is
+ * split in two with an update between the halves), then apply its reflectors to the columns right of it:
+ * C -= V (T^T (V^T C)). The panel kernel is the first kind that holds the panel's height: registers (up to 512
+ * rows, measured 2x faster than the cluster panel there at batch 1), cluster (while one cluster of up to 8 blocks
+ * holds the rows) and tall (many blocks a matrix, any height).
+ */
+#include "configs.h"
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+int qr2_blocked_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_device* dev) {
+    (void)c, (void)m, (void)n, (void)dev;
+    return 1; /* any shape */
+}
+
+/* The tall panel's partial sums (doubles, first in the workspace), when some panel is taller than a cluster holds. */
+static int64_t tall_panel_floats(const qr2_problem* p) {
+    if (qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
+    return qr2_panel_tall_work_floats(p->m, p->batch, p->dev);
+}
+
+/* The widest outer panel: nb columns, or all min(m, n) reflectors when there are fewer (a 2 x 10^7 matrix must not
+ * ask for 32 columns of workspace per row). */
+static int outer_panel_width(const qr2_config* c, const qr2_problem* p) {
+    const int kmin = p->m < p->n ? p->m : p->n;
+    return kmin < c->nb ? kmin : c->nb;
+}
+
+int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
+    /* per matrix: explicit V of one outer panel (m x its width), the leaf's T, the update's scratch */
+    const int w = outer_panel_width(c, p);
+    return tall_panel_floats(p) +
+           p->batch * ((int64_t)p->m * w + QR2_PANEL_MAX_W * QR2_PANEL_MAX_W + qr2_update_work_floats(w, p->n));
+}
+
+typedef struct schedule {
+    const qr2_config* config;
+    const qr2_problem* p;
+    void* blas;   /* torch's cuBLAS handle for the stream */
+    int k_outer;  /* first column of the current outer panel */
+    float* v;     /* explicit reflectors of the outer panel: (m - k_outer) x its width, ld m - k_outer */
+    int64_t v_bs;
+    float* t;     /* T of the last panel kernel that built one: 32 x 32 per matrix */
+    float* wy;    /* the update's scratch */
+    int64_t wy_bs;
+    void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
+} schedule;
+
+static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
+
+/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc);
+ * t: their T factor when the panel kernel built it (NULL: built here from V). */
+static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, const float* t) {
+    const qr2_problem* p = s->p;
+    const int kmin = p->m < p->n ? p->m : p->n;
+    const int ldv = ldv_of(s);
+    const qr2_update_args a = {
+        .batch = p->batch, .mr = p->m - k0, .w = w, .nc = nc,
+        .v = s->v + (int64_t)jo * ldv + jo, .ldv = ldv, .v_bs = s->v_bs,
+        .tau = p->tau + k0, .tau_bs = kmin,
+        .t = t, .t_bs = (int64_t)w * w,
+        .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
+        .work = s->wy, .work_bs = s->wy_bs,
+    };
+    return qr2_update_run(&a, s->blas, p->dev, p->stream);
+}
+
+static int split_width(int w) {
+    int half = w / 2;
+    if (w > 16) half = (half + 7) / 8 * 8; /* keep GEMM operands 32-byte aligned in width */
+    return half < w ? half : w - 1;
+}
+
+/* Factors columns [k0, k0 + w) of rows [k0, m); *t_ready: whether s->t now holds their T. */
+static int factor_panel(const schedule* s, int k0, int jo, int w, int* t_ready) {
+    const qr2_problem* p = s->p;
+    const int mr = p->m - k0;
+    const int kmin = p->m < p->n ? p->m : p->n;
+    *t_ready = 0;
+    if (w <= s->config->leaf_nb) {
+        const qr2_panel_job job = {
+            .batch = p->batch, .m = mr, .w = w,
+            .h = p->h + (int64_t)k0 * p->m + k0, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
+            .tau = p->tau + k0, .tau_bs = kmin,
+            .v = s->v + (int64_t)jo * ldv_of(s), .ldv = ldv_of(s), .v_bs = s->v_bs, .v_row0 = jo,
+            .t = s->t, .t_bs = (int64_t)w * w,
+        };
+        if (qr2_panel_registers_holds(mr, w, p->dev)) {
+            *t_ready = 1;
+            return qr2_panel_registers_run(&job, 0, p->dev, p->stream);
+        }
+        if (qr2_panel_cluster_holds(mr, w, p->dev)) {
+            *t_ready = 1;
+            return qr2_panel_cluster_run(&job, 0, p->dev, p->stream);
+        }
+        return qr2_panel_tall_run(&job, s->tall, p->dev, p->stream);
+    }
+    const int w1 = split_width(w);
+    int left_t = 0, right_t = 0;
+    if (factor_panel(s, k0, jo, w1, &left_t)) return 1;
+    if (apply_reflectors(s, k0, jo, w1, w - w1, left_t ? s->t : 0)) return 1;
+    return factor_panel(s, k0 + w1, jo + w1, w - w1, &right_t);
+}
+
+int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
+    schedule s = {.config = c, .p = p};
+    if (p->blas_handle(&s.blas)) return qr2_cuda_fail("torch_get_current_cuda_blas_handle", "torch logged the reason");
+    if (p->a != p->h && qr2_transpose_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->h, p->m, p->n, p->batch, p->stream))
+        return 1;
+    const int64_t tall = tall_panel_floats(p);
+    s.tall = tall > 0 ? work : 0;
+    s.v = work + tall;
+    const int width = outer_panel_width(c, p); /* every panel below is at most this wide */
+    s.v_bs = (int64_t)p->m * width;
+    s.t = s.v + p->batch * s.v_bs;
+    s.wy = s.t + p->batch * QR2_PANEL_MAX_W * QR2_PANEL_MAX_W;
+    s.wy_bs = qr2_update_work_floats(width, p->n);
+    const int kmin = p->m < p->n ? p->m : p->n;
+    for (int k = 0; k < kmin; k += c->nb) {
+        const int w = (int)min64(c->nb, kmin - k);
+        int t_ready = 0;
+        s.k_outer = k;
+        if (factor_panel(&s, k, 0, w, &t_ready)) return 1;
+        if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t_ready ? s.t : 0)) return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,186 @@
+// panel_tall.cu - the blocked route's tall panel: Householder factorisation (LAPACK sgeqr2) of an m x w panel (w <= 32) too tall for one
+// cluster's registers, by many thread blocks per matrix: one launch per reflector, so that a panel of
+// 100000 rows is read at the GPU's bandwidth instead of one SM's.
+//
+// Block k of a matrix owns rows [k rows_per_block, (k + 1) rows_per_block) of all w columns. Launch j:
+//   1. (j > 0) reflector j - 1: every block sums the other blocks' partials of launch j - 1 in the same
+//      order (so all blocks agree bit for bit) into sigma = ||x_tail||^2 and the dots d_c = x_tail . P[:, c]
+//      (x = column j - 1), reads alpha and row j - 1 from H, and forms slarfg's beta, tau, scal = 1 / (alpha -
+//      beta) and s_c = tau (P[j-1][c] + scal d_c), all in FP64. It then updates its rows: v = x scal,
+//      P[:, c] -= s_c v, and row j - 1 of R; V (explicit) and tau are written as it goes.
+//   2. (j < min(m, w)) partials of reflector j over its rows, from the values it just updated: the tail's
+//      sum of squares and the tail's dots with the columns right of j.
+// Partials are double-buffered by the parity of j (launch j reads j - 1's and writes j's). Each launch
+// reads and writes only columns >= j - 1 of its rows.
+#include "launch.cuh"
+#include "reduce.cuh"
+#include "reflector.cuh"
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int W = 32;
+constexpr int SLOTS = W + 1;              // per block: the tail's sum of squares, then its dots with columns 0..W-1
+constexpr int GROUPS = THREADS / SLOTS;   // thread groups that share the sum over blocks
+
+struct TallArgs {
+    qr2_panel_job p;
+    double* part;  // [batch][2][blocks + 1][SLOTS]: the blocks' partials, then row j (alpha and R's row)
+    int blocks;    // per matrix
+    int rows_per_block;
+    int j;  // this launch's step
+};
+
+__global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
+    __shared__ double red[THREADS / 32 > GROUPS ? THREADS / 32 : GROUPS][SLOTS];
+    __shared__ double coef[W];  // s_c of reflector j - 1
+    __shared__ double scalars[2];  // scal and beta of reflector j - 1
+    const int64_t b = blockIdx.x / a.blocks;
+    const int k = (int)(blockIdx.x % a.blocks), t = threadIdx.x, lane = t & 31, wid = t >> 5;
+    const int m = a.p.m, w = a.p.w, kk = min(m, w), j = a.j;
+    float* P = a.p.h + b * a.p.h_bs;
+    const int64_t ld = a.p.ldh;
+    const int64_t stride = (int64_t)(a.blocks + 1) * SLOTS;  // one parity's partials
+    double* part = a.part + b * 2 * stride;
+    const int row0 = k * a.rows_per_block, row1 = min(m, row0 + a.rows_per_block);
+
+    // 1. the scalars of reflector r = j - 1, from launch r's partials summed in a fixed order (every block
+    // gets the same bits): group g sums blocks g, g + GROUPS, ...; then thread s adds the groups in order
+    const int r = j - 1;
+    const double* prev = part + (r & 1) * stride;
+    if (r >= 0 && t < GROUPS * SLOTS) {
+        const int g = t / SLOTS, slot = t % SLOTS;
+        double s = 0.0;
+        for (int q = g; q < a.blocks; q += GROUPS) s += prev[(int64_t)q * SLOTS + slot];
+        red[g][slot] = s;
+    }
+    __syncthreads();
+    if (r >= 0) {
+        double sum = 0.0;
+        if (t < SLOTS)
+            for (int g = 0; g < GROUPS; ++g) sum += red[g][t];
+        const double* row = prev + (int64_t)a.blocks * SLOTS + 1;  // row r as launch r saw it: row[c] = P[r][c]
+        __syncthreads();
+        if (t < SLOTS) red[0][t] = sum;
+        __syncthreads();
+        const double sigma = red[0][0], alpha = row[r];
+        double beta = alpha, tau = 0.0, scal = 0.0;
+        if (sigma > 0.0) householder_scalars(alpha, sigma, beta, tau, scal);  // false for 0 and NaN
+        if (t == 0) scalars[0] = scal, scalars[1] = beta;
+        if (t > r && t < w) coef[t] = tau * (row[t] + scal * red[0][1 + t]);
+        if (k == 0 && t == 0) a.p.tau[b * a.p.tau_bs + r] = (float)tau;
+    }
+    if (j == 0 && k == 0 && a.p.v)  // rows of V above the panel's reflectors
+        for (int i = t; i < a.p.v_row0 * w; i += THREADS)
+            a.p.v[b * a.p.v_bs + (int64_t)(i / a.p.v_row0) * a.p.ldv + i % a.p.v_row0] = 0.f;
+    __syncthreads();  // coef and scalars ready
+    const double scal = r >= 0 ? scalars[0] : 0.0, beta = r >= 0 ? scalars[1] : 0.0;
+
+    // 2. update this block's rows with reflector r, then accumulate the partials of reflector j in FP64
+    // (products of FP32 values neither overflow nor underflow there; the panel is not scaled). FP32 dots
+    // at <= 128 registers measured 1.4x faster at 1 x 100000 x 32 but overflow for entries above ~1e19.
+    double ss = 0.0;
+    double acc[W];
+#pragma unroll
+    for (int c = 0; c < W; ++c) acc[c] = 0.0;
+    float* V = a.p.v ? a.p.v + b * a.p.v_bs + a.p.v_row0 : nullptr;
+    double* next = part + (j & 1) * stride;
+    for (int i = row0 + t; i < row1; i += THREADS) {
+        float x[W];
+#pragma unroll
+        for (int c = 0; c < W; ++c) x[c] = c >= r && c < w ? P[(int64_t)c * ld + i] : 0.f;
+        if (r >= 0) {
+            float xr = 0.f;  // x[r], with compile-time register indices only
+#pragma unroll
+            for (int c = 0; c < W; ++c) xr = c == r ? x[c] : xr;
+            const double v = i > r ? xr * scal : i == r ? 1.0 : 0.0;
+            const float hr = i > r ? (float)v : i == r ? (float)beta : xr;  // H's column r: v, beta, R above
+#pragma unroll
+            for (int c = 0; c < W; ++c) {
+                if (c == r) x[c] = hr;
+                if (c > r && c < w) x[c] = (float)(x[c] - coef[c] * v);
+            }
+            if (V) V[(int64_t)r * a.p.ldv + i] = (float)v;
+#pragma unroll
+            for (int c = 0; c < W; ++c)  // columns >= r changed: write them back
+                if (c >= r && c < w) P[(int64_t)c * ld + i] = x[c];
+        }
+        if (j < kk && i == j)  // row j, for launch j + 1 (whose owner overwrites it there)
+#pragma unroll
+            for (int c = 0; c < W; ++c)
+                if (c >= j && c < w) next[(int64_t)a.blocks * SLOTS + 1 + c] = x[c];
+        if (j < kk && i > j) {
+            float xf = 0.f;
+#pragma unroll
+            for (int c = 0; c < W; ++c) xf = c == j ? x[c] : xf;
+            ss = fma((double)xf, (double)xf, ss);
+#pragma unroll
+            for (int c = 0; c < W; ++c)
+                if (c > j && c < w) acc[c] = fma((double)xf, (double)x[c], acc[c]);
+        }
+    }
+    if (j >= kk) return;
+
+    // block reduction of the partials, for launch j + 1
+    ss = warp_sum(ss);
+#pragma unroll
+    for (int c = 0; c < W; ++c) acc[c] = c > j && c < w ? warp_sum(acc[c]) : 0.0;
+    __syncthreads();  // red is free again
+    if (lane == 0) {
+        red[wid][0] = ss;
+#pragma unroll
+        for (int c = 0; c < W; ++c) red[wid][1 + c] = acc[c];
+    }
+    __syncthreads();
+    if (t < SLOTS) {
+        double s = 0.0;
+        for (int q = 0; q < THREADS / 32; ++q) s += red[q][t];
+        next[(int64_t)k * SLOTS + t] = s;
+    }
+}
+
+// Blocks per matrix: about two waves over the GPU for the whole batch, none shorter than 512 rows (shorter
+// chunks would spend their launch summing the other blocks' partials).
+void plan(int64_t m, int64_t batch, int sms, int* blocks, int* rows_per_block) {
+    int64_t nb = (2 * (int64_t)sms + batch - 1) / batch;
+    const int64_t by_rows = (m + 511) / 512;
+    if (nb > by_rows) nb = by_rows;
+    if (nb > QR2_PANEL_TALL_MAX_BLOCKS) nb = QR2_PANEL_TALL_MAX_BLOCKS;
+    if (nb < 1) nb = 1;
+    // nb blocks even when the last ones get no rows (they add zeros): the count never falls as m falls, so
+    // a workspace sized for a matrix's tallest panel holds every later panel's partials
+    *rows_per_block = (int)((m + nb - 1) / nb);
+    *blocks = (int)nb;
+}
+
+}  // namespace
+
+extern "C" int qr2_panel_tall_holds(int64_t m, int64_t w, const qr2_device* dev) {
+    (void)dev;
+    return w >= 1 && w <= W && w <= m;
+}
+
+extern "C" int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
+    int blocks, rows;
+    plan(m, batch, dev->sms, &blocks, &rows);
+    return batch * 2 * (int64_t)(blocks + 1) * SLOTS * 2;  // doubles, counted in floats
+}
+
+extern "C" int qr2_panel_tall_run(const qr2_panel_job* p, void* work, const qr2_device* dev, void* stream) {
+    if (p->batch <= 0 || p->m <= 0 || p->w <= 0) return 0;
+    if (!qr2_panel_tall_holds(p->m, p->w, dev))
+        return qr2_record_error("panel_tall", "panel wider than 32 columns or than tall");
+    TallArgs a = {};
+    a.p = *p;
+    a.part = (double*)work;
+    plan(p->m, p->batch, dev->sms, &a.blocks, &a.rows_per_block);
+    const int kk = p->m < p->w ? p->m : p->w;
+    Qr2Launch how;
+    how.grid = dim3((unsigned)(p->batch * a.blocks));
+    how.block = dim3(THREADS);
+    for (int j = 0; j <= kk; ++j) {
+        a.j = j;
+        if (qr2_launch(panel_tall_kernel, how, stream, "panel_tall launch", a)) return 1;
+    }
+    return 0;
+}

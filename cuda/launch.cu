@@ -1,0 +1,247 @@
+// launch.cu - single-kernel launches replayed from cached one-node CUDA graphs.
+//
+// Why: on the H200's host a kernel launch costs ~3.3 us of CPU, while updating the arguments of an instantiated
+// one-node graph and launching it costs ~1.7 (0.3 + 1.4; tools/bench/host_path_bench.cu). For a small matrix that is
+// a quarter of a call. Each (device, stream, kernel, grid, block, shared memory) launched a second time gets its own
+// graph: its kernel node's arguments are set before every launch (cudaGraphExecKernelNodeSetParams changes only later
+// launches, never ones already queued), and a graph's launches keep the stream's order.
+//
+// A stream being captured (a user's CUDA graph) always gets a plain launch, so the captured graph holds a plain
+// kernel node. A configuration is remembered after its first plain launch succeeds and instantiated at its second:
+// instantiating costs tens of microseconds, so a caller cycling through more configurations than the cache holds
+// never pays it. Each host thread has its own cache: no lock, so no thread ever waits on another's launch.
+//
+// The replay calls the driver's cuGraphExecKernelNodeSetParams and cuGraphLaunch directly when the runtime hands out
+// their entry points: their runtime wrappers cost ~0.15 us more per launch (1.78 against 1.62 us on the H200's host).
+#include <cuda.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <atomic>
+
+#include "launch.cuh"
+
+namespace {
+
+constexpr int SLOTS = 32;
+
+struct Slot {
+    const void* kernel;  // nullptr: free
+    cudaStream_t stream;
+    int device;
+    dim3 grid, block;
+    size_t smem;
+    bool refused;       // CUDA would not instantiate or replay it: plain launches only
+    cudaGraph_t graph;  // null until the configuration is launched a second time
+    cudaGraphExec_t exec;
+    cudaGraphNode_t node;
+    unsigned long long last_use;
+    CUfunction function;  // the kernel's driver handle, for the driver's replay (null: the runtime's replay)
+};
+
+std::atomic<long long> replays{0}, instantiations{0}, driver_replays{0};  // for tests (qr2_launch_counts)
+
+// The driver's replay entry points, resolved once per process (null where the runtime or driver does not hand them
+// out: the runtime's calls then do the same).
+struct DriverReplay {
+    CUresult (*add_node)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_KERNEL_NODE_PARAMS*) = nullptr;
+    CUresult (*set_params)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*) = nullptr;
+    CUresult (*launch)(CUgraphExec, CUstream) = nullptr;
+    DriverReplay() {
+        const char* names[3] = {"cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams", "cuGraphLaunch"};
+        void* fns[3] = {};
+        for (int i = 0; i < 3; ++i) {
+            cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+            // the ABI of this header's CUDA_KERNEL_NODE_PARAMS; legacy default-stream semantics, as the runtime's here
+            if (cudaGetDriverEntryPointByVersion(names[i], &fns[i], CUDA_VERSION, cudaEnableLegacyStream, &found) !=
+                    cudaSuccess ||
+                found != cudaDriverEntryPointSuccess || !fns[i]) {
+                (void)cudaGetLastError();
+                return;
+            }
+        }
+        add_node = reinterpret_cast<decltype(add_node)>(fns[0]);
+        set_params = reinterpret_cast<decltype(set_params)>(fns[1]);
+        launch = reinterpret_cast<decltype(launch)>(fns[2]);
+    }
+};
+
+const DriverReplay& driver_replay() {
+    static const DriverReplay d;  // thread-safe initialisation
+    return d;
+}
+
+CUDA_KERNEL_NODE_PARAMS driver_params(CUfunction function, const cudaKernelNodeParams& params) {
+    CUDA_KERNEL_NODE_PARAMS p = {};
+    p.func = function;
+    p.gridDimX = params.gridDim.x, p.gridDimY = params.gridDim.y, p.gridDimZ = params.gridDim.z;
+    p.blockDimX = params.blockDim.x, p.blockDimY = params.blockDim.y, p.blockDimZ = params.blockDim.z;
+    p.sharedMemBytes = params.sharedMemBytes;
+    p.kernelParams = params.kernelParams;
+    return p;
+}
+
+// Sets the slot's kernel arguments and launches its graph: false if CUDA refuses.
+bool replay(const Slot& s, const cudaKernelNodeParams& params, cudaStream_t stream) {
+    if (s.function) {  // its node was made by the driver
+        const DriverReplay& d = driver_replay();
+        const CUDA_KERNEL_NODE_PARAMS p = driver_params(s.function, params);
+        if (d.set_params(s.exec, s.node, &p) != CUDA_SUCCESS || d.launch(s.exec, stream) != CUDA_SUCCESS) return false;
+        driver_replays.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+    return cudaGraphExecKernelNodeSetParams(s.exec, s.node, &params) == cudaSuccess &&
+           cudaGraphLaunch(s.exec, stream) == cudaSuccess;
+}
+
+// Relaxed stream-capture mode for this thread while alive: creating, instantiating, uploading or destroying a graph
+// while another thread captures in global mode (torch.cuda.graph's default) must not invalidate that capture.
+struct RelaxedCapture {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    bool set;
+    RelaxedCapture() : set(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) {
+        if (!set) (void)cudaGetLastError();
+    }
+    ~RelaxedCapture() {
+        if (set) cudaThreadExchangeStreamCaptureMode(&mode);
+    }
+};
+
+void drop_graph(Slot& s) {
+    if (!s.exec && !s.graph) return;
+    RelaxedCapture relaxed;
+    // An executable graph still queued or running is freed by the driver when it completes. A failure here (a reset
+    // device) must not linger as the thread's last error for someone else's launch check.
+    if (s.exec && cudaGraphExecDestroy(s.exec) != cudaSuccess) (void)cudaGetLastError();
+    if (s.graph && cudaGraphDestroy(s.graph) != cudaSuccess) (void)cudaGetLastError();
+    s.graph = nullptr, s.exec = nullptr, s.node = nullptr;
+}
+
+// Set once the process exits (or in a forked child): a thread that ends after that (a daemon thread during Python's
+// finalisation) leaves its graphs to the driver instead of calling a CUDA runtime that may be torn down.
+std::atomic<bool> exiting{false};
+
+void mark_exiting() { exiting = true; }
+
+struct Cache {
+    Slot slots[SLOTS] = {};
+    unsigned long long ticks = 0;
+    Cache() {
+        // Registered after the CUDA runtime's own exit handlers, so it runs before them.
+        static const bool registered = atexit(mark_exiting) == 0 && pthread_atfork(nullptr, nullptr, mark_exiting) == 0;
+        (void)registered;
+    }
+    ~Cache() {  // the thread exits
+        if (exiting) return;
+        for (Slot& s : slots) drop_graph(s);
+    }
+};
+
+thread_local Cache cache;
+std::atomic<bool> enabled{true};                        // measurements only (qr2_launch_replay)
+
+bool same(const Slot& s, const void* kernel, cudaStream_t stream, int device, dim3 grid, dim3 block, size_t smem) {
+    return s.kernel == kernel && s.stream == stream && s.device == device && s.smem == smem && s.grid.x == grid.x &&
+           s.grid.y == grid.y && s.grid.z == grid.z && s.block.x == block.x && s.block.y == block.y &&
+           s.block.z == block.z;
+}
+
+// Builds, instantiates and uploads the slot's graph with `params` as its kernel's arguments. False when CUDA refuses
+// (the slot is then marked refused and launched plainly from then on, which reports any real error).
+bool instantiate(Slot& s, const cudaKernelNodeParams& params, cudaStream_t stream) {
+    RelaxedCapture relaxed;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaGraphNode_t node = nullptr;
+    const DriverReplay& d = driver_replay();
+    CUfunction function = nullptr;
+    if (d.add_node && cudaGetFuncBySymbol(&function, params.func) != cudaSuccess) {
+        (void)cudaGetLastError();
+        function = nullptr;
+    }
+    const bool made = cudaGraphCreate(&graph, 0) == cudaSuccess;
+    bool added = false;
+    if (made && function) {
+        const CUDA_KERNEL_NODE_PARAMS p = driver_params(function, params);
+        added = d.add_node(&node, graph, nullptr, 0, &p) == CUDA_SUCCESS;
+    } else if (made) {
+        added = cudaGraphAddKernelNode(&node, graph, nullptr, 0, &params) == cudaSuccess;
+    }
+    const bool ok = added && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    s.graph = made ? graph : nullptr;  // only what CUDA made: drop_graph destroys it
+    s.exec = ok ? exec : nullptr, s.node = node, s.function = function;
+    if (!ok || cudaGraphUpload(exec, stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        drop_graph(s);
+        s.refused = true;
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+int qr2_replay_launch(const void* kernel, dim3 grid, dim3 block, size_t smem, void* stream_ptr, void** args,
+                      const char* what) {
+    cudaStream_t stream = (cudaStream_t)stream_ptr;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    int device = -1;
+    bool replayable = false;
+    if (enabled.load(std::memory_order_relaxed)) {
+        const cudaError_t asked = cudaStreamIsCapturing(stream, &capture);
+        // e.g. the legacy stream while another thread captures a blocking stream: the plain launch below reports it
+        if (asked != cudaSuccess) (void)cudaGetLastError();
+        replayable = asked == cudaSuccess && capture == cudaStreamCaptureStatusNone;
+        if (replayable && cudaGetDevice(&device) != cudaSuccess) {
+            (void)cudaGetLastError();
+            replayable = false;
+        }
+    }
+    Slot* slot = nullptr;
+    if (replayable) {
+        for (Slot& s : cache.slots)
+            if (s.kernel && same(s, kernel, stream, device, grid, block, smem)) slot = &s;
+    }
+    if (slot) slot->last_use = ++cache.ticks;  // a refused one too: evicting it would retry it
+    if (slot && !slot->refused) {
+        cudaKernelNodeParams params = {};
+        params.func = const_cast<void*>(kernel);
+        params.gridDim = grid;
+        params.blockDim = block;
+        params.sharedMemBytes = (unsigned)smem;
+        params.kernelParams = args;
+        const bool fresh = !slot->exec;  // launched once before: instantiate with these arguments
+        if (fresh && instantiate(*slot, params, stream)) instantiations.fetch_add(1, std::memory_order_relaxed);
+        if (slot->exec) {
+            if (fresh ? cudaGraphLaunch(slot->exec, stream) == cudaSuccess : replay(*slot, params, stream)) {
+                replays.fetch_add(1, std::memory_order_relaxed);
+                return 0;
+            }
+            (void)cudaGetLastError();  // the graph failed: plain launches from now on, and the one below reports
+            drop_graph(*slot);
+            slot->refused = true;
+        }
+    }
+    const cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, smem, stream);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // reported here: it must not surface again in torch's next launch check
+        return qr2_record_cuda_error(err, what);
+    }
+    if (replayable && !slot) {  // first sight, launched: remember it in the least recently used slot
+        Slot* oldest = &cache.slots[0];
+        for (Slot& s : cache.slots)
+            if (s.last_use < oldest->last_use) oldest = &s;
+        drop_graph(*oldest);
+        *oldest = Slot{kernel, stream, device, grid, block, smem, false, nullptr, nullptr, nullptr, ++cache.ticks,
+                       nullptr};
+    }
+    return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) void qr2_launch_counts(long long* replayed, long long* instantiated,
+                                                                          long long* through_driver) {
+    *replayed = replays.load(), *instantiated = instantiations.load(), *through_driver = driver_replays.load();
+}
+
+// Measurements only: 0 turns replay off (every launch plain), 1 back on.
+extern "C" __attribute__((visibility("default"))) void qr2_launch_replay(int on) { enabled = on != 0; }

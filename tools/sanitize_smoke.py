@@ -1,0 +1,47 @@
+"""Small calls through every route and kernel, for compute-sanitizer (memcheck, racecheck, synccheck).
+
+--no-cluster skips the calls whose routes launch thread-block clusters (`registers_cluster2`, `builder_cluster2`,
+`builder_cluster3`, and the blocked routes at batch <= 66 or with panels taller than 512 rows): racecheck fails on those
+here ("Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception", CUDA 13.0 on the H200), while
+memcheck and the tests pass."""
+import sys
+
+import torch
+
+from timing import forced_route  # also puts the repository root on sys.path
+
+import qr2_op
+
+CASES = [(4, 32, 32), (2, 64, 64), (2, 128, 128), (2, 150, 150), (2, 176, 176), (2, 40, 120), (3, 100, 37),
+         (2, 224, 200), (2, 256, 128), (2, 300, 300), (1, 200, 1100), (1, 1300, 1200), (1, 70000, 3)]
+
+# forced routes: shapes the table sends elsewhere at these batch sizes
+FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad", 3, 64, 64), ("quad", 3, 50, 40),
+          ("quad", 3, 20, 64), ("warp", 4, 32, 32), ("warp", 2, 64, 64), ("warp", 3, 90, 20), ("warp", 300, 40, 40),
+          ("builder", 2, 176, 176), ("builder", 2, 100, 60), ("builder", 2, 60, 130), ("builder", 2, 99, 131),
+          ("builder_cluster2", 2, 176, 176), ("builder_cluster2", 2, 100, 176), ("builder_cluster2", 2, 176, 80),
+          ("builder_cluster2", 2, 20, 170), ("registers_cluster2", 2, 64, 64), ("registers_cluster2", 2, 100, 70),
+          ("builder_cluster3", 2, 256, 256), ("builder_cluster3", 2, 150, 200), ("builder_cluster3", 2, 256, 100),
+          ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200)]  # one-block register panels
+
+CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
+
+
+def launches_clusters(route, batch, m, n):
+    if route in ("blocked_nb32", "blocked_nb64"):
+        return batch <= 66 or m > 512  # 2-block register panels, or panel_cluster's clusters
+    return route.startswith(CLUSTER_ROUTES)
+
+
+for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
+    if "--no-cluster" in sys.argv and launches_clusters(route or qr2_op.config_for(m, n, batch), batch, m, n):
+        continue
+    A = torch.randn(batch, m, n, device="cuda")
+    A[..., :, n // 2] *= 1e-30  # a column for the FP64 path
+    with forced_route(route):
+        H, tau = torch.ops.qr2.geqrf(A)
+    torch.cuda.synchronize()
+    k = min(m, n)
+    Q = torch.linalg.householder_product(H[..., :k], tau)
+    err = (Q @ torch.triu(H)[..., :k, :] - A).abs().max().item()
+    print(f"{batch}x{m}x{n} route={route or qr2_op.config_for(m, n)} max|QR-A|={err:.2e}", flush=True)
