@@ -21,14 +21,16 @@ def forced():
     qr2_op._force_config(None)
 
 
-def test_the_table_sends_up_to_640_small_matrices_here():
+def test_the_policy_sends_up_to_640_small_matrices_here():
     qr2_op._force_config(None)
     for m, n in [(32, 32), (1, 1), (8, 8), (32, 1), (1, 32), (17, 29)]:
         for batch in (1, 20, 132, 640):
             assert qr2_op.config_for(m, n, batch) == ROUTE, (m, n, batch)
         assert qr2_op.config_for(m, n, 641) == "warp", (m, n)
-    for m, n in [(33, 32), (32, 33), (64, 8)]:
+    for m, n in [(33, 32), (64, 8), (32, 65)]:
         assert qr2_op.config_for(m, n, 20) != ROUTE, (m, n)
+    # 33 <= n <= 64 (m <= 64) up to one wave of blocks only
+    assert qr2_op.config_for(32, 33, 132) == ROUTE and qr2_op.config_for(32, 33, 133) != ROUTE
 
 
 def test_holds_exactly_the_matrices_up_to_64_by_64():

@@ -26,7 +26,7 @@ def route(request):
     qr2_op._force_config(None)
 
 
-def test_the_table_sends_small_shapes_here():
+def test_the_policy_sends_small_shapes_here():
     for m, n in [(33, 16), (64, 200), (256, 40), (256, 3), (3, 256), (60, 250), (177, 32), (64, 8)]:
         assert qr2_op.config_for(m, n, 40) in ROUTES, (m, n)
     assert qr2_op.config_for(257, 257, 40) not in ROUTES

@@ -26,7 +26,7 @@ def forced():
     qr2_op._force_config(None)
 
 
-def test_the_table_sends_small_and_many_matrices_here():
+def test_the_policy_sends_small_and_many_matrices_here():
     qr2_op._force_config(None)
     for m, n in [(32, 32), (1, 1), (8, 8), (32, 1), (1, 32), (17, 29)]:  # m, n <= 32: past 640 matrices
         for batch in (641, 1000, 100000):
