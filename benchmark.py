@@ -22,8 +22,10 @@ budget, or 120 s of wall time have gone by.
 same loop (the recheck runs too, for its time, without a verdict). That is the floor of a call: the op's host path and
 one launch, under QR2's protocol.
 
-Without a CUDA device (or with ``--cpu``) everything runs on the CPU with ``time.perf_counter_ns``
-and no cache flush; the output then says these are CPU timings.
+qr2's kernels need an NVIDIA GPU. Without one, ``--mode test`` runs on the CPU path (qr2_op.geqrf delegates CPU
+tensors to torch.geqrf), while a timed mode (benchmark, leaderboard) stops at once with one line saying so and exit
+status 2, unless ``--cpu`` asks for the long CPU run explicitly. With ``--cpu`` (GPU or not) everything runs on the
+CPU with ``time.perf_counter_ns`` and no cache flush; the output then says these are CPU timings.
 
 Examples::
 
@@ -32,7 +34,8 @@ Examples::
     python benchmark.py --mode test
     python benchmark.py --cpu --case 2,16,1,dense,1 --case 3,24,0,rankdef,5 --compare --max-repeats 3
 
-Exit status: 0 when every case (or test) passed its check, 1 otherwise, 2 for bad arguments.
+Exit status: 0 when every case (or test) passed its check, 1 otherwise, 2 for bad arguments or for a timed mode
+without a GPU (and without ``--cpu``).
 """
 
 from __future__ import annotations
@@ -166,11 +169,11 @@ def impl_setup(impl: str):
         return
     import qr2_op
 
-    qr2_op._force_route("empty_kernel")
+    qr2_op._force_config("empty_kernel")
     try:
         yield
     finally:
-        qr2_op._force_route(None)
+        qr2_op._force_config(None)
 
 # ---------------------------------------------------------------------------------------------
 # Statistics and the stop rule
@@ -626,7 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time the floor too: qr2_op.geqrf launching an empty kernel instead of a factorisation, in the "
                         "same loop (its outputs checked for the checker's time only; GPU, benchmark and leaderboard)")
     p.add_argument("--secret-seed", type=int, metavar="S", help="remap every case seed as QR2's POPCORN_SEED does")
-    p.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
+    p.add_argument("--cpu", action="store_true",
+                   help="run on the CPU even if a GPU is present; without a GPU, the timed modes (benchmark, "
+                        "leaderboard) need it: they time the CPU delegation to torch.geqrf, which takes long")
     p.add_argument("--json-out", metavar="PATH", help="write every statistic and the environment as JSON")
     p.add_argument("--plot", metavar="PATH.png", help="bar chart of per-case time per implementation (needs matplotlib)")
     return p
@@ -709,9 +714,17 @@ def run_cases(fns: dict, cases: list[Case], device: str, mode: str, args) -> lis
     return table
 
 
+NO_GPU_LINE = ("qr2: no NVIDIA GPU here, and qr2's kernels need one: `python3 benchmark.py --mode test` runs the 22 "
+               "QR2 test cases on the CPU path in a minute or two, or add --cpu to time the CPU delegation anyway "
+               "(slow; CPU timings, not GPU results)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.mode in MODE_RULES and not args.cpu and not torch.cuda.is_available():
+        print(NO_GPU_LINE, file=sys.stderr, flush=True)  # a timed mode on the CPU is a long run: only when asked
+        return 2
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     impls = ([args.impl, "torch"] if args.compare else [args.impl]) + (["floor"] if args.floor else [])
     fns = {impl: IMPLS[impl]() for impl in impls}

@@ -11,10 +11,15 @@ Written for this project from the problem statement; nothing here is imported fr
   QR2 it also takes rectangular inputs and extra leading batch dimensions.
 * ``TESTS`` and ``BENCHMARKS`` are QR2's 22 test specs and 12 ranked specs; ``combine_seed`` is the
   secret-seed remap and ``benchmark_count`` the number of inputs timed per benchmark case.
+
+Run as a program (``python3 reference.py --help``) it lists the case tables and profiles, or checks
+torch.geqrf's (or qr2's) output on given cases; benchmark.py is the harness that times.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Callable
 
 import torch
@@ -450,3 +455,108 @@ def parse_check_message(message: str) -> dict[str, float]:
         except ValueError:
             pass
     return fields
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+CLI_DESCRIPTION = """\
+The QR2 reference implementation and checker: how the GPU MODE QR2 (qr_v2) problem generates
+its inputs and judges an output. benchmark.py and the tests import it; run on its own it
+prints the case tables or checks a factorisation, and times nothing (benchmark.py times).
+
+Input generation, generate_input(batch, n, cond, seed, case, device): a (batch, n, n) FP32 batch
+of one profile (the case), one of
+  {profiles},
+or mixed (each matrix draws its own profile, dense half the time). cond sets the column ramp
+10**-cond where the profile uses one. On CUDA the inputs equal QR2's bit for bit; on the CPU
+the values differ (another random stream) but every profile has the same structure.
+
+The checker, check_implementation(A, (H, tau)): H and tau must be finite FP32 tensors of the
+right shapes on A's device (torch.geqrf's compact Householder form). Q and R are formed in FP32
+by torch, the residuals in FP64, and two gates apply: every matrix must satisfy
+||R - Q^T A||_1 <= 20 n eps32 ||A||_1, and the batch maximum of ||Q^T Q - I||_1 must be
+<= 100 n eps32 (rectangular inputs use max(m, n) for n). It returns (ok, message): QR2's
+failure message, or the scaled residuals of a pass.
+
+Running it: without options it prints QR2's 22 test specs and 12 ranked benchmark specs (with
+the inputs timed per benchmark case) and the profiles. --check generates the case's input with
+the given seed and checks torch.geqrf's output on it (qr2_op.geqrf's with --impl qr2), one
+line per case; the exit status is 1 if any check fails.
+"""
+
+
+def _format_spec(index: int, spec: dict, timed_inputs: bool) -> str:
+    line = (f"{index:>3}  batch {spec['batch']:>4}  n {spec['n']:>5}  cond {spec['cond']}  "
+            f"seed {spec['seed']:>7}  {spec['case']}")
+    if timed_inputs:
+        line += f"  ({benchmark_count(spec['batch'], spec['n'])} inputs timed)"
+    return line
+
+
+def _parse_check(text: str) -> dict:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 5:
+        raise argparse.ArgumentTypeError(f"wants batch,n,cond,profile,seed; got {text!r}")
+    try:
+        spec = _spec(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[4]), parts[3].lower())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"batch, n, cond and seed must be integers; got {text!r}") from None
+    if spec["case"] not in CASE_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown profile {parts[3]!r}; known: {', '.join(CASE_NAMES)}")
+    if spec["batch"] <= 0 or spec["n"] <= 0 or spec["cond"] < 0:
+        raise argparse.ArgumentTypeError(f"need batch > 0, n > 0, cond >= 0; got {text!r}")
+    return spec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="reference.py",
+        description=CLI_DESCRIPTION.format(profiles=", ".join(PROFILES)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Examples:\n  python3 reference.py\n  python3 reference.py --check 20,32,1,dense,53124 "
+               "--check 4,64,0,mixed,7 --device cpu",
+    )
+    p.add_argument("--check", action="append", default=[], type=_parse_check, metavar="B,N,COND,PROFILE,SEED",
+                   help="generate this case's input (the seed as given) and check a factorisation of it (repeatable)")
+    p.add_argument("--impl", choices=("torch", "qr2"), default="torch",
+                   help="what --check factors: torch.geqrf (default) or qr2_op.geqrf (needs the built library)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="where --check generates and factors (default: cuda if available, else cpu)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.check:
+        print(f"QR2 test specs ({len(TESTS)}; test mode uses these seeds as they are):")
+        for i, spec in enumerate(TESTS):
+            print(_format_spec(i, spec, timed_inputs=False))
+        print(f"\nQR2 ranked benchmark specs ({len(BENCHMARKS)}; timed inputs use seeds seed+42, seed+84, ...):")
+        for i, spec in enumerate(BENCHMARKS):
+            print(_format_spec(i, spec, timed_inputs=True))
+        print(f"\nprofiles: {', '.join(CASE_NAMES)}")
+        return 0
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("reference.py: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    if args.impl == "qr2":
+        import qr2_op
+
+        factor = qr2_op.geqrf
+    else:
+        factor = torch.geqrf
+    failed = 0
+    for spec in args.check:
+        A = generate_input(spec["batch"], spec["n"], spec["cond"], spec["seed"], spec["case"], device)
+        ok, message = check_implementation(A, factor(A.clone()))
+        failed += not ok
+        label = f"{spec['batch']}x{spec['n']} {spec['case']} c{spec['cond']} seed {spec['seed']}"
+        print(f"{'pass' if ok else 'FAIL'}  {label} [{args.impl}, {device}]: {message}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
