@@ -80,15 +80,24 @@ static void finish(call* c, StableIValue* stack) {
         if (!(c)->failed && (expr) != 0) fail((c), "qr2.geqrf: %s failed", what); \
     } while (0)
 
-/* An output or workspace allocation through torch's caching allocator. Its exception does not cross the stable ABI
- * (torch logs it), so the message says what was asked for and the likely reason. */
+/* An output or workspace allocation through torch's allocator. Its exception does not cross the stable ABI (torch
+ * logs it), so the message says what was asked for and the likely reason. */
+static void allocate_as(call* c, AtenTensorHandle* t, int64_t dim, const int64_t* sizes, const int64_t* strides,
+                        int32_t dtype, int32_t device_type, int32_t device, int64_t bytes, const char* what) {
+    if (c->failed) return;
+    if (aoti_torch_empty_strided(dim, sizes, strides, dtype, device_type, device, t) != 0) {
+        if (device_type == aoti_torch_device_type_cuda())
+            fail(c, "qr2.geqrf: allocating %s (%" PRId64 " bytes on cuda:%d) failed: out of memory, or a CUDA error "
+                    "(torch logged the reason)", what, bytes, (int)device);
+        else
+            fail(c, "qr2.geqrf: allocating %s (%" PRId64 " bytes on the CPU) failed: out of memory", what, bytes);
+    }
+}
+
 static void allocate(call* c, AtenTensorHandle* t, int64_t dim, const int64_t* sizes, const int64_t* strides,
                      int32_t device, int64_t floats, const char* what) {
-    if (c->failed) return;
-    if (aoti_torch_empty_strided(dim, sizes, strides, aoti_torch_dtype_float32(), aoti_torch_device_type_cuda(),
-                                 device, t) != 0)
-        fail(c, "qr2.geqrf: allocating %s (%" PRId64 " bytes on cuda:%d) failed: out of memory, or a CUDA error "
-                "(torch logged the reason)", what, 4 * floats, (int)device);
+    allocate_as(c, t, dim, sizes, strides, aoti_torch_dtype_float32(), aoti_torch_device_type_cuda(), device,
+                4 * floats, what);
 }
 
 static const char* dtype_name(int32_t d) {
@@ -106,9 +115,17 @@ static const char* dtype_name(int32_t d) {
         {aoti_torch_dtype_uint64, "uint64"},     {aoti_torch_dtype_bool, "bool"},
         {aoti_torch_dtype_float8_e4m3fn, "float8_e4m3fn"}, {aoti_torch_dtype_float8_e5m2, "float8_e5m2"},
         {aoti_torch_dtype_float8_e4m3fnuz, "float8_e4m3fnuz"}, {aoti_torch_dtype_float8_e5m2fnuz, "float8_e5m2fnuz"},
+        {torch_dtype_float8_e8m0fnu, "float8_e8m0fnu"}, {torch_dtype_float4_e2m1fn_x2, "float4_e2m1fn_x2"},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
         if (d == known[i].code()) return known[i].name;
+    /* The shim names no quantized dtype: these are c10::ScalarType's codes, fixed by torch's serialisation format. */
+    static const struct {
+        int32_t code;
+        const char* name;
+    } quantized[] = {{12, "qint8"}, {13, "quint8"}, {14, "qint32"}, {16, "quint4x2"}, {17, "quint2x4"}};
+    for (size_t i = 0; i < sizeof quantized / sizeof quantized[0]; ++i)
+        if (d == quantized[i].code) return quantized[i].name;
     return "an unsupported dtype";
 }
 
@@ -127,6 +144,9 @@ typedef struct shape {
 
 /* Layout, dimensions and dtype only: reading sizes would make torch.compile specialise on them. */
 static void check_kind(call* c, shape* s) {
+    bool defined = true;
+    TRY(c, aoti_torch_is_defined(c->input, &defined), "aoti_torch_is_defined");
+    if (!c->failed && !defined) fail(c, "qr2.geqrf: expected a Tensor, got None");
     int32_t layout = 0;
     TRY(c, aoti_torch_get_layout(c->input, &layout), "aoti_torch_get_layout");
     TRY(c, aoti_torch_get_dim(c->input, &s->dim), "aoti_torch_get_dim");
@@ -143,34 +163,12 @@ static void check_kind(call* c, shape* s) {
 }
 
 static void inspect(call* c, shape* s) {
+    check_kind(c, s);
     TRY(c, aoti_torch_get_sizes(c->input, &s->sizes), "aoti_torch_get_sizes");
     TRY(c, aoti_torch_get_strides(c->input, &s->strides), "aoti_torch_get_strides");
-    check_kind(c, s);
 }
 
-/* Hands the call to aten::geqrf (LAPACK on CPU, cuSOLVER on CUDA); it takes the input handle. */
-static void delegate_to_aten(call* c) {
-    StableIValue st[2] = {(StableIValue)(uintptr_t)c->input, 0};
-    c->input = 0; /* the dispatcher steals it, even when it fails */
-    if (torch_call_dispatcher("aten::geqrf", "", st, QR2_TORCH_ABI_2_11) != 0) {
-        fail(c, "qr2.geqrf: aten::geqrf failed (torch logged the reason)");
-        return;
-    }
-    c->h = (AtenTensorHandle)(uintptr_t)st[0];
-    c->tau = (AtenTensorHandle)(uintptr_t)st[1];
-}
-
-static void geqrf_cpu(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
-    call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
-    shape s = {0};
-    if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
-    inspect(&c, &s);
-    if (!c.failed) delegate_to_aten(&c);
-    finish(&c, stack);
-}
-
-/* ---- CUDA ---- */
-
+/* ---- outputs ---- */
 static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
 
 /* torch.geqrf's layout: H column-major per matrix, batch-major outside (the strides of a
@@ -195,6 +193,86 @@ static void output_strides(const shape* s, int64_t kmin, int64_t* h_strides, int
     }
 }
 
+static int64_t mul_sat(int64_t a, int64_t b) { return a == 0 || b == 0 ? 0 : a > INT64_MAX / b ? INT64_MAX : a * b; }
+
+/* The number of matrices (saturating at INT64_MAX: a zero dimension elsewhere may leave the others huge). */
+static int64_t batch_of(const shape* s) {
+    int64_t batch = 1;
+    for (int64_t i = 0; i < s->dim - 2 && batch != 0; ++i) batch = mul_sat(batch, s->sizes[i]);
+    return batch;
+}
+
+/* H and tau with torch.geqrf's sizes and strides, in `dtype` on the given device. on_stack: 3 * MAX_DIM values. */
+static void allocate_outputs(call* c, const shape* s, int32_t dtype, int32_t device_type, int32_t device,
+                             int64_t* on_stack) {
+    if (c->failed) return;
+    const int64_t d = s->dim, m = s->sizes[d - 2], n = s->sizes[d - 1], kmin = m < n ? m : n, batch = batch_of(s);
+    int64_t* dims = on_stack;
+    if (d > MAX_DIM && !(dims = c->heap = malloc(3 * (size_t)d * sizeof(int64_t)))) {
+        fail(c, "qr2.geqrf: out of host memory for %" PRId64 " dimensions", d);
+        return;
+    }
+    int64_t *h_strides = dims, *tau_sizes = dims + d, *tau_strides = dims + 2 * d;
+    output_strides(s, kmin, h_strides, tau_strides);
+    memcpy(tau_sizes, s->sizes, (size_t)(d - 2) * sizeof(int64_t));
+    tau_sizes[d - 2] = kmin;
+    const int64_t esize = (int64_t)aoti_torch_dtype_element_size(dtype);
+    allocate_as(c, &c->h, d, s->sizes, h_strides, dtype, device_type, device,
+                mul_sat(esize, mul_sat(batch, mul_sat(m, n))), "H");
+    allocate_as(c, &c->tau, d - 1, tau_sizes, tau_strides, dtype, device_type, device,
+                mul_sat(esize, mul_sat(batch, kmin)), "tau");
+}
+
+/* An empty batch or min(m, n) = 0: torch.geqrf's empty outputs, whatever the other sizes, made at once on every device
+ * and for every dtype without a LAPACK call (aten's took over ten minutes for 2^40 x 0 x 0). Returns 1 if handled. */
+static int empty_problem(call* c, const shape* s, int64_t* on_stack) {
+    const int64_t m = s->sizes[s->dim - 2], n = s->sizes[s->dim - 1];
+    if (c->failed || (batch_of(s) != 0 && m != 0 && n != 0)) return 0;
+    int32_t device_type = 0, device = 0;
+    TRY(c, aoti_torch_get_device_type(c->input, &device_type), "aoti_torch_get_device_type");
+    TRY(c, aoti_torch_get_device_index(c->input, &device), "aoti_torch_get_device_index");
+    allocate_outputs(c, s, s->dtype, device_type, device, on_stack);
+    return 1;
+}
+
+/* Hands the call to aten::geqrf (LAPACK on CPU, cuSOLVER on CUDA); it takes the input handle. Its exception text
+ * goes only to torch's log, so a failure is diagnosed here: the likeliest reason, memory for the outputs, is tried. */
+static void delegate_to_aten(call* c, const shape* s) {
+    int32_t device_type = 0, device = 0;
+    TRY(c, aoti_torch_get_device_type(c->input, &device_type), "aoti_torch_get_device_type");
+    TRY(c, aoti_torch_get_device_index(c->input, &device), "aoti_torch_get_device_index");
+    if (c->failed) return;
+    StableIValue st[2] = {(StableIValue)(uintptr_t)c->input, 0};
+    c->input = 0; /* the dispatcher steals it, even when it fails (the caller's reference keeps s's sizes alive) */
+    if (torch_call_dispatcher("aten::geqrf", "", st, QR2_TORCH_ABI_2_11) == 0) {
+        c->h = (AtenTensorHandle)(uintptr_t)st[0];
+        c->tau = (AtenTensorHandle)(uintptr_t)st[1];
+        return;
+    }
+    call probe = {0};
+    int64_t on_stack[3 * MAX_DIM];
+    allocate_outputs(&probe, s, s->dtype, device_type, device, on_stack);
+    if (probe.failed)
+        fail(c, "qr2.geqrf: aten::geqrf failed: %s", probe.msg + strlen("qr2.geqrf: "));
+    else
+        fail(c, "qr2.geqrf: aten::geqrf failed (torch logged the reason)");
+    release(&probe.h);
+    release(&probe.tau);
+    free(probe.heap);
+}
+
+static void geqrf_cpu(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
+    shape s = {0};
+    int64_t on_stack[3 * MAX_DIM];
+    if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
+    inspect(&c, &s);
+    if (!empty_problem(&c, &s, on_stack)) delegate_to_aten(&c, &s);
+    finish(&c, stack);
+}
+
+/* ---- CUDA ---- */
+
 /* The single stride that walks the batch dimensions in order, if one exists. */
 static int batch_stride(const shape* s, int64_t* bs) {
     int64_t expect = -1;
@@ -214,21 +292,17 @@ static int blas_handle(void** handle) { return torch_get_current_cuda_blas_handl
 static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
     call c = {.input = (AtenTensorHandle)(uintptr_t)stack[0]};
     shape s = {0};
+    int64_t on_stack[3 * MAX_DIM];
     if (num_args != 1 || num_outputs != 2) fail(&c, "qr2.geqrf: expected 1 argument and 2 returns");
     inspect(&c, &s);
-    if (c.failed || s.dtype != aoti_torch_dtype_float32()) {
-        if (!c.failed) delegate_to_aten(&c); /* float64 and complex: documented delegation */
+    if (c.failed || empty_problem(&c, &s, on_stack) || s.dtype != aoti_torch_dtype_float32()) {
+        if (!c.failed && !c.h) delegate_to_aten(&c, &s); /* float64 and complex: documented delegation */
         finish(&c, stack);
         return;
     }
 
-    const int64_t d = s.dim, m = s.sizes[d - 2], n = s.sizes[d - 1];
-    int64_t batch = 1; /* saturates at INT64_MAX: a zero dimension elsewhere may leave the others huge */
-    for (int64_t i = 0; i < d - 2 && batch != 0; ++i)
-        batch = s.sizes[i] == 0 ? 0 : batch > INT64_MAX / s.sizes[i] ? INT64_MAX : batch * s.sizes[i];
-    const int64_t kmin = m < n ? m : n;
-    const int empty = batch == 0 || kmin == 0; /* torch.geqrf returns empty outputs for these, whatever the sizes */
-    if (!empty && (m > INT32_MAX || n > INT32_MAX || batch > INT32_MAX))
+    const int64_t d = s.dim, m = s.sizes[d - 2], n = s.sizes[d - 1], batch = batch_of(&s);
+    if (m > INT32_MAX || n > INT32_MAX || batch > INT32_MAX)
         fail(&c, "qr2.geqrf: expected m, n and the batch size each below 2^31, got m=%" PRId64 ", n=%" PRId64
                  ", batch=%" PRId64, m, n, batch);
 
@@ -240,20 +314,8 @@ static void geqrf_cuda(StableIValue* stack, uint64_t num_args, uint64_t num_outp
     if (!c.failed && current != device) /* a guard costs a C++ object and two device switches per call */
         TRY(&c, aoti_torch_create_cuda_guard(device, &c.guard), "aoti_torch_create_cuda_guard");
     TRY(&c, aoti_torch_get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream");
-
-    int64_t on_stack[3 * MAX_DIM];
-    int64_t* dims = on_stack;
-    if (d > MAX_DIM && !(dims = c.heap = malloc(3 * (size_t)d * sizeof(int64_t))))
-        fail(&c, "qr2.geqrf: out of host memory for %" PRId64 " dimensions", d);
-    int64_t *h_strides = dims, *tau_sizes = dims + d, *tau_strides = dims + 2 * d;
-    if (!c.failed) {
-        output_strides(&s, kmin, h_strides, tau_strides);
-        memcpy(tau_sizes, s.sizes, (size_t)(d - 2) * sizeof(int64_t));
-        tau_sizes[d - 2] = kmin;
-    }
-    allocate(&c, &c.h, d, s.sizes, h_strides, device, empty ? 0 : batch * m * n, "H");
-    allocate(&c, &c.tau, d - 1, tau_sizes, tau_strides, device, empty ? 0 : batch * kmin, "tau");
-    if (c.failed || empty) {
+    allocate_outputs(&c, &s, aoti_torch_dtype_float32(), aoti_torch_device_type_cuda(), device, on_stack);
+    if (c.failed) {
         finish(&c, stack);
         return;
     }

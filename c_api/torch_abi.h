@@ -16,6 +16,7 @@
 #ifndef QR2_TORCH_ABI_H
 #define QR2_TORCH_ABI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #ifndef __cplusplus
 #include <stdbool.h>
@@ -70,6 +71,8 @@ int32_t aoti_torch_dtype_float8_e4m3fn(void);
 int32_t aoti_torch_dtype_float8_e5m2(void);
 int32_t aoti_torch_dtype_float8_e4m3fnuz(void);
 int32_t aoti_torch_dtype_float8_e5m2fnuz(void);
+int32_t torch_dtype_float8_e8m0fnu(void);
+int32_t torch_dtype_float4_e2m1fn_x2(void);
 int32_t aoti_torch_layout_strided(void);
 int32_t aoti_torch_device_type_cpu(void);
 int32_t aoti_torch_device_type_cuda(void);
@@ -82,6 +85,7 @@ AOTITorchError aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t* ret_dtype)
 AOTITorchError aoti_torch_get_layout(AtenTensorHandle tensor, int32_t* ret_layout);
 AOTITorchError aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret_device_type);
 AOTITorchError aoti_torch_get_device_index(AtenTensorHandle tensor, int32_t* ret_device_index);
+size_t aoti_torch_dtype_element_size(int32_t dtype);
 AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr);
 AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr,
                                         const int64_t* strides_ptr, int32_t dtype,

@@ -157,6 +157,26 @@ _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it woul
 _impl_lib.impl("_geqrf_tracked", _geqrf_tracked, "CompositeImplicitAutograd")
 
 
+# Inputs the C kernels cannot inspect through the stable ABI (a nested tensor's sizes raise inside torch, which prints
+# a C++ stack trace) or that no kernel of qr2 is registered for (quantized tensors reach `_geqrf_impl` on their own
+# dispatch keys) get one clear error from here instead.
+def _reject_nested(A):
+    raise RuntimeError("qr2.geqrf: expected a dense (strided) tensor of shape (*, m, n), got a nested tensor; factor "
+                       "its components (A.unbind()) or pad them into one batch (A.to_padded_tensor(0.0))")
+
+
+def _reject_quantized(A):
+    raise RuntimeError(f"qr2.geqrf: expected a float32, float64, complex64 or complex128 tensor, got "
+                       f"{str(A.dtype).removeprefix('torch.')}")
+
+
+for _op in ("geqrf", "_geqrf_impl"):
+    for _key in ("AutogradNestedTensor", "NestedTensorCPU", "NestedTensorCUDA"):
+        _impl_lib.impl(_op, _reject_nested, _key)
+    for _key in ("QuantizedCPU", "QuantizedCUDA"):
+        _impl_lib.impl(_op, _reject_quantized, _key)
+
+
 class Device(NamedTuple):
     """What the policy knows of a GPU: SMs, opt-in shared memory per block (bytes), thread-block clusters."""
 

@@ -1,12 +1,14 @@
 """qr2.geqrf is a drop-in for torch.geqrf: sizes, strides, dtypes, errors, input safety, autograd."""
 import contextlib
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
 import qr2_op
-from conftest import HAS_CUDA, requires_cuda
+from conftest import HAS_CUDA, ROOT, requires_cuda
 from reference import check_implementation
 
 # (shape) -> torch.geqrf's layout is the contract, including degenerate sizes
@@ -179,7 +181,8 @@ def test_one_factorisation_per_call(device, kind):
 def test_autograd_kernel_is_the_c_one():
     """A Python Autograd kernel cost 4-7 us per call on the H200's host: the op's must stay in C."""
     dump = torch._C._dispatch_dump("qr2::geqrf")
-    autograd = [line for line in dump.splitlines() if line.startswith("Autograd")]
+    # (nested tensors have an Autograd key of their own, whose kernel only raises: see qr2_op._reject_nested)
+    autograd = [line for line in dump.splitlines() if line.startswith("Autograd") and "NestedTensor" not in line]
     assert len(autograd) == 1 and "geqrf_op.c" in autograd[0], dump
 
 
@@ -354,3 +357,72 @@ def test_any_number_of_batch_dimensions(device, ndim):
     assert H.shape == Hr.shape and H.stride() == Hr.stride() and tau.shape == taur.shape
     assert tau.stride() == taur.stride()
     assert check_implementation(A.reshape(2, 5, 4), (H.reshape(2, 5, 4), tau.reshape(2, 4)))[0]
+
+
+def test_none_is_named():
+    """An absent tensor reaches the operator as an undefined tensor: say so, not "got 1 dimension(s)"."""
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a Tensor, got None"):
+        torch.ops.qr2.geqrf(None)
+    with pytest.raises(TypeError, match=r"qr2\.geqrf: expected a Tensor, got NoneType"):
+        qr2_op.geqrf(None)
+
+
+@pytest.mark.parametrize("entry", ["op", "package"])
+@pytest.mark.parametrize("dtype", [torch.qint8, torch.quint8, torch.qint32], ids=str)
+def test_quantized_input_names_its_dtype(entry, dtype):
+    A = torch.quantize_per_tensor(torch.randn(4, 4), 0.1, 0, dtype)
+    f = torch.ops.qr2.geqrf if entry == "op" else qr2_op.geqrf
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a float32, float64, complex64 or complex128 "
+                                           rf"tensor, got {str(dtype).split('.')[-1]}$"):
+        f(A)
+
+
+@pytest.mark.parametrize("entry", ["op", "package"])
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged], ids=str)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_nested_tensor_gets_one_clear_error_and_no_trace(device, entry, layout, requires_grad, capfd):
+    A = torch.nested.nested_tensor([torch.randn(3, 3), torch.randn(4, 3)], layout=layout, device=device,
+                                   requires_grad=requires_grad)
+    capfd.readouterr()
+    f = torch.ops.qr2.geqrf if entry == "op" else qr2_op.geqrf
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: expected a dense \(strided\) tensor .*got a nested tensor"):
+        f(A)
+    err = capfd.readouterr().err
+    assert "frame #" not in err and "Exception in aoti_torch" not in err, err[:2000]
+
+
+@pytest.mark.parametrize("shape", [(0, 2**31, 1), (2**31, 0, 3), (3, 2**31 + 5, 0), (7, 0, 0), (0, 3, 3), (2, 4, 0),
+                                   (5, 0)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64], ids=str)
+def test_empty_problems_return_empty_outputs_without_lapack(device, shape, dtype, capfd):
+    """An empty batch or min(m, n) = 0 gives torch.geqrf's empty outputs on every device and dtype, at once: aten's
+    own call printed a oneMKL parameter error for 0 x 2^31 x 1."""
+    H, tau = torch.ops.qr2.geqrf(torch.empty(shape, device=device, dtype=dtype))
+    *batch, m, n = shape
+    assert H.shape == shape and H.dtype == dtype and H.device.type == device
+    assert tau.shape == (*batch, min(m, n)) and tau.dtype == dtype and tau.numel() == 0
+    col_major = torch.empty((*batch, n, m)).transpose(-1, -2)  # torch.geqrf's layout, without the storage
+    assert H.stride() == col_major.stride()
+    if max(shape) < 100:
+        Hr, taur = torch.geqrf(torch.empty(shape, device=device, dtype=dtype))
+        assert H.stride() == Hr.stride() and tau.stride() == taur.stride()
+    assert "MKL" not in capfd.readouterr().err
+
+
+def test_empty_batch_of_2_40_matrices_returns_at_once():
+    """torch.geqrf on torch.empty(2**40, 0, 0) ran for over ten minutes; qr2 makes the empty outputs itself."""
+    code = ("import torch, qr2_op\n"
+            "H, tau = torch.ops.qr2.geqrf(torch.empty(2**40, 0, 0))\n"
+            "assert H.shape == (2**40, 0, 0) and tau.shape == (2**40, 0)\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_a_cpu_output_too_large_to_allocate_says_how_much():
+    """aten's exception text does not cross the stable ABI; qr2 finds the reason and puts it in its own message."""
+    A = torch.zeros(1, 1, 1).expand(2**22, 2**12, 2**12)  # 2^46 floats, no memory behind it
+    with pytest.raises(RuntimeError, match=r"qr2\.geqrf: aten::geqrf failed: allocating H \(281474976710656 bytes "
+                                           r"on the CPU\) failed: out of memory"):
+        torch.ops.qr2.geqrf(A)
+    H, tau = torch.ops.qr2.geqrf(torch.eye(3))  # still usable
+    assert torch.allclose(torch.triu(H).abs(), torch.eye(3))
