@@ -1,0 +1,70 @@
+/*
+ * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
+ * a panel kind, the compact-WY update and the input transpose on tensors the test allocates, on the current device
+ * and the given stream. Each returns 0, or non-zero with qr2_cuda_last_error() saying why.
+ */
+#include <string.h>
+
+#include "configs.h"
+
+static int device_of(int index, qr2_device* dev) { return qr2_cuda_device(index, dev); }
+
+QR2_EXPORT int qr2_test_panel_holds(const char* kind, int64_t m, int64_t w, int device) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return -1;
+    if (strcmp(kind, "registers") == 0) return qr2_panel_registers_holds(m, w, &dev);
+    if (strcmp(kind, "cluster") == 0) return qr2_panel_cluster_holds(m, w, &dev);
+    if (strcmp(kind, "tall") == 0) return qr2_panel_tall_holds(m, w, &dev);
+    return -1;
+}
+
+QR2_EXPORT int64_t qr2_test_panel_work_floats(int64_t m, int64_t batch, int device) {
+    qr2_device dev;
+    return device_of(device, &dev) ? -1 : qr2_panel_tall_work_floats(m, batch, &dev);
+}
+
+/* Factors batch panels of m x w held column-major in h (ld m, m*w apart): tau (w apart), V (ld m, m*w apart,
+ * v_row0 0) and T (w x w, w*w apart) where the kind builds it. */
+QR2_EXPORT int qr2_test_panel(const char* kind, int64_t batch, int m, int w, float* h, float* tau, float* v, float* t,
+                              void* work, int device, void* stream) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return 1;
+    const qr2_panel_job job = {
+        .batch = batch, .m = m, .w = w,
+        .h = h, .ldh = m, .h_bs = (int64_t)m * w,
+        .tau = tau, .tau_bs = w,
+        .v = v, .ldv = m, .v_bs = (int64_t)m * w, .v_row0 = 0,
+        .t = t, .t_bs = (int64_t)w * w,
+    };
+    if (strcmp(kind, "registers") == 0) return qr2_panel_registers_run(&job, work, &dev, stream);
+    if (strcmp(kind, "cluster") == 0) return qr2_panel_cluster_run(&job, work, &dev, stream);
+    if (strcmp(kind, "tall") == 0) return qr2_panel_tall_run(&job, work, &dev, stream);
+    return qr2_cuda_fail("qr2_test_panel", "no such panel kind");
+}
+
+QR2_EXPORT int64_t qr2_test_update_work_floats(int w, int nc) { return qr2_update_work_floats(w, nc); }
+
+/* C (mr x nc, ld mr, mr*nc apart) -= V (T^T (V^T C)) for V (mr x w, ld mr, mr*w apart), with T (w x w, w*w apart)
+ * when t is not NULL, else T built from V and tau (w apart). */
+QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float* v, const float* tau, const float* t,
+                               float* c, float* work, void* blas, int device, void* stream) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return 1;
+    const qr2_update_args a = {
+        .batch = batch, .mr = mr, .w = w, .nc = nc,
+        .v = v, .ldv = mr, .v_bs = (int64_t)mr * w,
+        .tau = tau, .tau_bs = w,
+        .t = t, .t_bs = (int64_t)w * w,
+        .c = c, .ldc = mr, .c_bs = (int64_t)mr * nc,
+        .work = work, .work_bs = qr2_update_work_floats(w, nc),
+    };
+    return qr2_update_run(&a, blas, &dev, stream);
+}
+
+QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,
+                                  int64_t batch, void* stream) {
+    return qr2_transpose_run(src, rs, cs, bs, dst, m, n, batch, stream);
+}
+
+/* The message of this thread's last failing test entry point. */
+QR2_EXPORT const char* qr2_test_last_error(void) { return qr2_cuda_last_error(); }

@@ -1,0 +1,153 @@
+"""The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
+(registers in panel mode, cluster, tall) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's checker;
+the compact-WY update against Q^T C in FP64; the input transpose against torch."""
+import ctypes
+
+import pytest
+import torch
+
+import qr2_op
+from conftest import requires_cuda
+from reference import check_implementation
+from test_extreme_values import INPUTS
+
+pytestmark = requires_cuda
+
+_lib = qr2_op._lib
+_p, _i64, _int, _str = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p
+for _name, _res, _args in [
+    ("qr2_test_panel_holds", _int, [_str, _i64, _i64, _int]),
+    ("qr2_test_panel_work_floats", _i64, [_i64, _i64, _int]),
+    ("qr2_test_panel", _int, [_str, _i64, _int, _int, _p, _p, _p, _p, _p, _int, _p]),
+    ("qr2_test_update_work_floats", _i64, [_int, _int]),
+    ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p]),
+    ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
+    ("qr2_test_last_error", _str, []),
+]:
+    getattr(_lib, _name).restype, getattr(_lib, _name).argtypes = _res, _args
+
+
+def _stream():
+    return torch.cuda.current_stream().cuda_stream
+
+
+def _check(rc):
+    assert rc == 0, _lib.qr2_test_last_error().decode()
+    torch.cuda.synchronize()
+
+
+def _column_major(A):
+    """A copy of A (batch, m, n) stored column-major per matrix: strides (m n, 1, m). Always a copy: for n = 1 the
+    transpose of a contiguous A is contiguous already, and the kernels write in place."""
+    return A.transpose(-1, -2).clone(memory_format=torch.contiguous_format).transpose(-1, -2)
+
+
+def _panel(kind, A):
+    """Runs panel `kind` on a copy of A (batch, m, w): (H, tau, V, T), T in (batch, w, w) with T[b][i][j] = T_ij."""
+    batch, m, w = A.shape
+    dev = A.device.index or 0
+    assert _lib.qr2_test_panel_holds(kind.encode(), m, w, dev) == 1, (kind, m, w)
+    h = _column_major(A)
+    tau = torch.full((batch, w), float("nan"), device="cuda")
+    v = _column_major(torch.full_like(A, float("nan")))
+    t = torch.full((batch, w, w), float("nan"), device="cuda")  # written column-major: t[b][j][i] = T_ij
+    work = torch.empty(max(_lib.qr2_test_panel_work_floats(m, batch, dev), 1), device="cuda")
+    _check(_lib.qr2_test_panel(kind.encode(), batch, m, w, h.data_ptr(), tau.data_ptr(), v.data_ptr(), t.data_ptr(),
+                               work.data_ptr(), dev, _stream()))
+    return h, tau, v, t.transpose(-1, -2)
+
+
+# (kind, m, w): every rows-per-lane build of the register panel, the cluster panel from one block to eight, the tall
+# panel at heights the others hold too and beyond them
+PANELS = [("registers", 32, 32), ("registers", 100, 17), ("registers", 300, 32), ("registers", 512, 32),
+          ("cluster", 513, 32), ("cluster", 2000, 20), ("cluster", 8192, 32), ("cluster", 600, 1),
+          ("tall", 600, 32), ("tall", 9000, 32), ("tall", 20000, 7)]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("kind,m,w", PANELS, ids=str)
+def test_panel_matches_lapack(kind, m, w, batch):
+    A = torch.randn(batch, m, w, device="cuda", dtype=torch.float64)
+    A[:, :w, :] += m ** 0.5 * torch.eye(w, device="cuda", dtype=torch.float64)  # well separated: H is unique
+    A = A.float()
+    A[:, :, w // 2] = 0.0  # a zero column: tau 0, an identity reflector
+    before = A.clone()
+    H, tau, V, T = _panel(kind, A)
+    assert torch.equal(A, before)
+    ok, msg = check_implementation(A, (H, tau))
+    assert ok, msg
+    Hr, taur = torch.geqrf(A)
+    torch.testing.assert_close(H, Hr, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(tau, taur, rtol=1e-3, atol=1e-3)
+    assert torch.all(tau[:, w // 2] == 0)
+    # V: zeros above the diagonal, ones on it, H's reflectors below
+    eye = torch.eye(m, w, device="cuda")
+    torch.testing.assert_close(V, torch.tril(H, -1) + eye, rtol=0, atol=0)
+    if kind != "tall":  # the tall panel builds no T
+        Q = torch.eye(m, device="cuda", dtype=torch.float64) - V.double() @ T.double() @ V.double().transpose(-1, -2)
+        torch.testing.assert_close(Q[..., :w], torch.linalg.householder_product(H, tau).double(), rtol=1e-4,
+                                   atol=1e-4)
+        assert torch.all(torch.tril(T, -1) == 0)
+
+
+@pytest.mark.parametrize("kind,m,w", [p for p in PANELS if p[1] <= 9000], ids=str)
+@pytest.mark.parametrize("inputs", list(INPUTS))
+def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
+    """The input kinds of test_extreme_values.py, on the panel kernel itself: a cluster panel whose entries were all
+    subnormal once came back as NaN."""
+    A = INPUTS[inputs](2, m, w, torch.Generator().manual_seed(3)).cuda()
+    H, tau, V, T = _panel(kind, A)
+    assert torch.isfinite(H).all() and torch.isfinite(tau).all() and torch.isfinite(V).all()
+    if kind != "tall":
+        assert torch.isfinite(T).all()
+    ok, msg = check_implementation(A, (H, tau))
+    assert ok, msg
+
+
+def _larft64(V, tau):
+    """LAPACK dlarft (forward, column-wise) in FP64: T with H_0 ... H_{w-1} = I - V T V^T."""
+    batch, _, w = V.shape
+    T = torch.zeros(batch, w, w, dtype=torch.float64, device=V.device)
+    for j in range(w):
+        T[:, j, j] = tau[:, j]
+        if j:
+            T[:, :j, j] = -tau[:, j, None] * (T[:, :j, :j] @ (V[:, :, :j].transpose(-1, -2) @ V[:, :, j:j + 1]))[..., 0]
+    return T
+
+
+@pytest.mark.parametrize("given_t", [False, True], ids=["t_from_gram", "t_given"])
+@pytest.mark.parametrize("batch,mr,w,nc", [(1, 40, 8, 5), (3, 300, 32, 200), (2, 1000, 64, 33), (2, 513, 128, 700),
+                                           (5, 64, 1, 1)], ids=str)
+def test_update_applies_q_transpose(batch, mr, w, nc, given_t):
+    H, tau = torch.geqrf(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
+    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
+    T64 = _larft64(V64, tau)
+    C = _column_major(torch.randn(batch, mr, nc, device="cuda"))
+    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))  # Q^T C
+    V = _column_major(V64.float())
+    tau32 = tau.float().contiguous()
+    T = T64.float().transpose(-1, -2).contiguous() if given_t else None  # column-major w x w
+    work = torch.empty(batch * _lib.qr2_test_update_work_floats(w, nc), device="cuda")
+    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau32.data_ptr(), T.data_ptr() if given_t else None,
+                                C.data_ptr(), work.data_ptr(), torch.cuda.current_blas_handle(),
+                                torch.cuda.current_device(), _stream()))
+    err = (C.double() - expected).abs().amax() / expected.abs().amax()
+    assert err < 1e-5, err
+
+
+@pytest.mark.parametrize("layout", ["row_major", "column_major", "transposed_slice", "batch_strided"])
+@pytest.mark.parametrize("batch,m,n", [(1, 1, 1), (3, 33, 65), (2, 100, 7), (70000, 2, 3)], ids=str)
+def test_transpose_copies_any_strides_into_column_major(layout, batch, m, n):
+    base = torch.randn(batch, m, n, device="cuda")
+    if layout == "column_major":
+        A = _column_major(base)
+    elif layout == "transposed_slice":
+        A = torch.randn(batch, n + 3, m + 2, device="cuda").transpose(-1, -2)[:, 1:m + 1, 2:n + 2]
+    elif layout == "batch_strided":
+        A = torch.randn(2 * batch, m, n, device="cuda")[::2]
+    else:
+        A = base
+    out = torch.full((batch, n, m), float("nan"), device="cuda")  # column-major m x n per matrix
+    _check(_lib.qr2_test_transpose(A.data_ptr(), A.stride(1), A.stride(2), A.stride(0), out.data_ptr(), m, n, batch,
+                                   _stream()))
+    assert torch.equal(out.transpose(-1, -2), A)
