@@ -1,4 +1,5 @@
-"""Small calls through every route and kernel, for compute-sanitizer (memcheck, racecheck, synccheck).
+"""Small calls through every configuration and kernel, for compute-sanitizer (tools/sanitize.sh runs it under memcheck,
+racecheck, synccheck and initcheck).
 
 --no-cluster skips the calls whose routes launch thread-block clusters (`registers_cluster2`, `builder_cluster2`,
 `builder_cluster3`, and the blocked routes at batch <= 66 or with panels taller than 512 rows): racecheck fails on those
@@ -22,7 +23,9 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("builder_cluster2", 2, 176, 176), ("builder_cluster2", 2, 100, 176), ("builder_cluster2", 2, 176, 80),
           ("builder_cluster2", 2, 20, 170), ("registers_cluster2", 2, 64, 64), ("registers_cluster2", 2, 100, 70),
           ("builder_cluster3", 2, 256, 256), ("builder_cluster3", 2, 150, 200), ("builder_cluster3", 2, 256, 100),
-          ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200)]  # one-block register panels
+          ("shared_memory", 2, 1000, 5), ("shared_memory", 3, 40, 8),
+          ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200),  # one-block register panels
+          ("blocked_nb32", 1, 9000, 40)]  # the many-block tall panel
 
 CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 
