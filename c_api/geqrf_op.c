@@ -171,29 +171,30 @@ static void inspect(call* c, shape* s) {
 /* ---- outputs ---- */
 static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
 
+/* a * b for a, b >= 0, saturating at INT64_MAX. */
+static int64_t mul_sat(int64_t a, int64_t b) { return a == 0 || b == 0 ? 0 : a > INT64_MAX / b ? INT64_MAX : a * b; }
+
 /* torch.geqrf's layout: H column-major per matrix, batch-major outside (the strides of a
  * contiguous (*, n, m) tensor with its last two dimensions swapped); tau contiguous. */
 static void output_strides(const shape* s, int64_t kmin, int64_t* h_strides, int64_t* tau_strides) {
     const int64_t d = s->dim, m = s->sizes[d - 2], n = s->sizes[d - 1];
     int64_t acc = 1;
     h_strides[d - 2] = 1;
-    acc *= max1(m);
+    acc = mul_sat(acc, max1(m));
     h_strides[d - 1] = acc;
-    acc *= max1(n);
+    acc = mul_sat(acc, max1(n));
     for (int64_t i = d - 3; i >= 0; --i) {
         h_strides[i] = acc;
-        acc *= max1(s->sizes[i]);
+        acc = mul_sat(acc, max1(s->sizes[i]));
     }
     acc = 1;
     tau_strides[d - 2] = 1;
-    acc *= max1(kmin);
+    acc = mul_sat(acc, max1(kmin));
     for (int64_t i = d - 3; i >= 0; --i) {
         tau_strides[i] = acc;
-        acc *= max1(s->sizes[i]);
+        acc = mul_sat(acc, max1(s->sizes[i]));
     }
 }
-
-static int64_t mul_sat(int64_t a, int64_t b) { return a == 0 || b == 0 ? 0 : a > INT64_MAX / b ? INT64_MAX : a * b; }
 
 /* The number of matrices (saturating at INT64_MAX: a zero dimension elsewhere may leave the others huge). */
 static int64_t batch_of(const shape* s) {
@@ -226,8 +227,7 @@ static void allocate_outputs(call* c, const shape* s, int32_t dtype, int32_t dev
 /* An empty batch or min(m, n) = 0: torch.geqrf's empty outputs, whatever the other sizes, made at once on every device
  * and for every dtype without a LAPACK call (aten's took over ten minutes for 2^40 x 0 x 0). Returns 1 if handled. */
 static int empty_problem(call* c, const shape* s, int64_t* on_stack) {
-    const int64_t m = s->sizes[s->dim - 2], n = s->sizes[s->dim - 1];
-    if (c->failed || (batch_of(s) != 0 && m != 0 && n != 0)) return 0;
+    if (c->failed || (batch_of(s) != 0 && s->sizes[s->dim - 2] != 0 && s->sizes[s->dim - 1] != 0)) return 0;
     int32_t device_type = 0, device = 0;
     TRY(c, aoti_torch_get_device_type(c->input, &device_type), "aoti_torch_get_device_type");
     TRY(c, aoti_torch_get_device_index(c->input, &device), "aoti_torch_get_device_index");
@@ -241,12 +241,15 @@ static void delegate_to_aten(call* c, const shape* s) {
     int32_t device_type = 0, device = 0;
     TRY(c, aoti_torch_get_device_type(c->input, &device_type), "aoti_torch_get_device_type");
     TRY(c, aoti_torch_get_device_index(c->input, &device), "aoti_torch_get_device_index");
+    AtenTensorHandle keep = 0; /* keeps s's sizes alive for the diagnosis: the dispatcher may drop the last reference */
+    TRY(c, aoti_torch_new_tensor_handle(c->input, &keep), "aoti_torch_new_tensor_handle");
     if (c->failed) return;
     StableIValue st[2] = {(StableIValue)(uintptr_t)c->input, 0};
-    c->input = 0; /* the dispatcher steals it, even when it fails (the caller's reference keeps s's sizes alive) */
+    c->input = 0; /* the dispatcher steals it, even when it fails */
     if (torch_call_dispatcher("aten::geqrf", "", st, QR2_TORCH_ABI_2_11) == 0) {
         c->h = (AtenTensorHandle)(uintptr_t)st[0];
         c->tau = (AtenTensorHandle)(uintptr_t)st[1];
+        release(&keep);
         return;
     }
     call probe = {0};
@@ -259,6 +262,7 @@ static void delegate_to_aten(call* c, const shape* s) {
     release(&probe.h);
     release(&probe.tau);
     free(probe.heap);
+    release(&keep);
 }
 
 static void geqrf_cpu(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {

@@ -69,10 +69,10 @@ int qr2_launch(void (*kernel)(Params...), const Qr2Launch& how, void* stream, co
     cfg.stream = (cudaStream_t)stream;
     cfg.attrs = attrs;
     cfg.numAttrs = count;
-    const cudaError_t err = cudaLaunchKernelExC(&cfg, (const void*)kernel, argv);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();  // reported here: it must not surface again in torch's next launch check
-        return qr2_record_cuda_error(err, what);
-    }
-    return 0;
+    cudaError_t err = cudaLaunchKernelExC(&cfg, (const void*)kernel, argv);
+    // also an error left pending by earlier work (a failed cuBLAS call, say), reported and cleared here rather than
+    // in torch's next launch check
+    const cudaError_t pending = cudaGetLastError();
+    if (err == cudaSuccess) err = pending;
+    return err == cudaSuccess ? 0 : qr2_record_cuda_error(err, what);
 }
