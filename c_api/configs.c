@@ -73,7 +73,7 @@ const qr2_config qr2_blocked_nb64 = {"blocked_nb64", &blocked, 1, 64, 32,
 const qr2_config qr2_blocked_nb32 = {"blocked_nb32", &blocked, 1, 32, 32,
     "blocked Householder with 32-column panels, any shape: panels of up to 512 rows by the registers kernel in "
     "panel mode, taller ones across a thread-block cluster, the tallest by many blocks a matrix; each writes V (and "
-    "T). The trailing update C -= V (T^T (V^T C)) is three FP32 cuBLAS GEMMs"};
+    "T). The trailing update C -= V (T^T (V^T C)) is one kernel on tensor cores at FP32 accuracy (3xTF32)"};
 
 /* The table, in the order the README's route map lists it. */
 static const qr2_config* const configs[] = {&qr2_quad, &qr2_warp, &qr2_builder, &qr2_builder_cluster2,

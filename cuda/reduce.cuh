@@ -10,6 +10,12 @@ __device__ __forceinline__ T warp_sum(T x) {
     return x;
 }
 
+__device__ __forceinline__ float warp_max_of(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+}
+
 // One round of a warp butterfly reduce-scatter over the 2*HALF slots d[0 .. 2*HALF): lanes with bit `BIT`
 // set keep the upper half, the others the lower half, each adding its partner's copy of the half it keeps
 // (the kept half ends in d[0 .. HALF)).

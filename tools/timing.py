@@ -150,7 +150,7 @@ def kernel_times(fn):
     per = defaultdict(lambda: [0, 0.0])
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            name = e.name.split("(")[0][:60]
+            name = e.name.replace("(anonymous namespace)::", "").removeprefix("void ").split("(")[0][:60]
             per[name][0] += 1
             per[name][1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
     return dict(per)
