@@ -135,8 +135,9 @@ int qr2_panel_tall_run(const qr2_panel_job* job, void* work, const qr2_device* d
  * unit lower trapezoidal, as the panel kernels write it) to C (mr x nc), in place:
  *     G = V^T V,  T = larft(G, tau),  W = V^T C,  C -= V (T^T W)
  * T: when t is not NULL it is taken from there (w x w, ld w, t_bs apart) instead of being built.
- * work: qr2_update_work_floats(w, nc) floats per matrix, work_bs apart (used only to build T). G in FP32 (cuBLAS,
- * CUBLAS_COMPUTE_32F, no TF32); the products with C on tensor cores at FP32 accuracy (3xTF32).
+ * work: qr2_update_work_floats(w, nc) floats per matrix, work_bs apart. G in FP32 (cuBLAS, CUBLAS_COMPUTE_32F, no
+ * TF32); the products with C on tensor cores at FP32 accuracy (3xTF32), or FP32 cuBLAS GEMMs where fewer 32-column
+ * strips than SMs would leave the GPU idle.
  */
 typedef struct qr2_update_args {
     int64_t batch;
