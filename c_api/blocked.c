@@ -33,7 +33,8 @@ int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) 
     /* per matrix: explicit V of one outer panel (m x its width), the leaf's T, the update's scratch */
     const int w = outer_panel_width(c, p);
     return tall_panel_floats(p) +
-           p->batch * ((int64_t)p->m * w + QR2_PANEL_MAX_W * QR2_PANEL_MAX_W + qr2_update_work_floats(w, p->n));
+           p->batch * ((int64_t)p->m * w + QR2_PANEL_MAX_W * QR2_PANEL_MAX_W + qr2_update_work_floats(w, p->n)) +
+           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev);
 }
 
 typedef struct schedule {

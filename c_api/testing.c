@@ -42,7 +42,12 @@ QR2_EXPORT int qr2_test_panel(const char* kind, int64_t batch, int m, int w, flo
     return qr2_cuda_fail("qr2_test_panel", "no such panel kind");
 }
 
-QR2_EXPORT int64_t qr2_test_update_work_floats(int w, int nc) { return qr2_update_work_floats(w, nc); }
+/* The update's whole workspace for a batch, in floats. */
+QR2_EXPORT int64_t qr2_test_update_work_floats(int64_t batch, int mr, int w, int nc, int device) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return -1;
+    return batch * qr2_update_work_floats(w, nc) + qr2_update_split_floats(mr, nc, w, batch, &dev);
+}
 
 /* C (mr x nc, ld mr, mr*nc apart) -= V (T^T (V^T C)) for V (mr x w, ld mr, mr*w apart), with T (w x w, w*w apart)
  * when t is not NULL, else T built from V and tau (w apart). */

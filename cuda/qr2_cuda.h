@@ -135,9 +135,10 @@ int qr2_panel_tall_run(const qr2_panel_job* job, void* work, const qr2_device* d
  * unit lower trapezoidal, as the panel kernels write it) to C (mr x nc), in place:
  *     G = V^T V,  T = larft(G, tau),  W = V^T C,  C -= V (T^T W)
  * T: when t is not NULL it is taken from there (w x w, ld w, t_bs apart) instead of being built.
- * work: qr2_update_work_floats(w, nc) floats per matrix, work_bs apart. G in FP32 (cuBLAS, CUBLAS_COMPUTE_32F, no
- * TF32); the products with C on tensor cores at FP32 accuracy (3xTF32), or FP32 cuBLAS GEMMs where fewer 32-column
- * strips than SMs would leave the GPU idle.
+ * work: qr2_update_work_floats(w, nc) floats per matrix, work_bs apart, then qr2_update_split_floats(m, n, w, batch, dev)
+ * floats for the whole call (rows split over blocks when a few matrices leave SMs idle). G in FP32 (cuBLAS,
+ * CUBLAS_COMPUTE_32F, no TF32); the products with C on tensor cores at FP32 accuracy (3xTF32), or FP32 cuBLAS GEMMs
+ * where fewer 32-column strips than SMs would leave the GPU idle.
  */
 typedef struct qr2_update_args {
     int64_t batch;
@@ -156,6 +157,7 @@ typedef struct qr2_update_args {
 
 #define QR2_UPDATE_MAX_W 128
 int64_t qr2_update_work_floats(int w, int nc);
+int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev);
 int qr2_update_run(const qr2_update_args* args, void* blas_handle, const qr2_device* dev, void* stream);
 
 /* Copies a batch of m x n matrices (any strides) into column-major dst (ld m, m*n apart). */

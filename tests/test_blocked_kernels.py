@@ -19,7 +19,7 @@ for _name, _res, _args in [
     ("qr2_test_panel_holds", _int, [_str, _i64, _i64, _int]),
     ("qr2_test_panel_work_floats", _i64, [_i64, _i64, _int]),
     ("qr2_test_panel", _int, [_str, _i64, _int, _int, _p, _p, _p, _p, _p, _int, _p]),
-    ("qr2_test_update_work_floats", _i64, [_int, _int]),
+    ("qr2_test_update_work_floats", _i64, [_i64, _int, _int, _int, _int]),
     ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
     ("qr2_test_last_error", _str, []),
@@ -118,11 +118,12 @@ def _larft64(V, tau):
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])
 @pytest.mark.parametrize("given_t", [False, True], ids=["t_from_gram", "t_given"])
 # fewer 32-column strips than SMs take cuBLAS's FP32 GEMMs, the others the tensor-core kernel (64- and 32-column
-# strips, w up to 64 and w = 128 in two blocks)
+# strips, w up to 64 and w = 128 in two blocks); fewer than two 64-column strips per SM with rows to spare split the
+# rows over blocks (8 x 3000 x 32, 3 x 2000 x 64, 4 x 1030 x 48)
 @pytest.mark.parametrize("batch,mr,w,nc", [(1, 40, 8, 5), (3, 300, 32, 200), (2, 1000, 64, 33), (2, 513, 128, 700),
                                            (5, 64, 1, 1), (1, 3000, 32, 1000), (200, 40, 8, 5), (40, 300, 32, 200),
                                            (150, 1000, 64, 33), (20, 513, 128, 700), (300, 64, 1, 1),
-                                           (8, 3000, 32, 1000), (3, 2000, 64, 2000)], ids=str)
+                                           (8, 3000, 32, 1000), (3, 2000, 64, 2000), (4, 1030, 48, 1500)], ids=str)
 def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     """C <- Q^T C against FP64, with C's entries near 1, near 2^-120 (where tensor cores flush the products of
     subnormals) and near 2^100."""
@@ -134,7 +135,7 @@ def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     V = _column_major(V64.float())
     tau32 = tau.float().contiguous()
     T = T64.float().transpose(-1, -2).contiguous() if given_t else None  # column-major w x w
-    work = torch.empty(batch * _lib.qr2_test_update_work_floats(w, nc), device="cuda")
+    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
     _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau32.data_ptr(), T.data_ptr() if given_t else None,
                                 C.data_ptr(), work.data_ptr(), torch.cuda.current_blas_handle(),
                                 torch.cuda.current_device(), _stream()))

@@ -1,10 +1,10 @@
 """Small calls through every configuration and kernel, for compute-sanitizer (tools/sanitize.sh runs it under memcheck,
 racecheck, synccheck and initcheck).
 
---no-cluster skips the calls whose routes launch thread-block clusters (`registers_cluster2`, `builder_cluster2`,
-`builder_cluster3`, and the blocked routes at batch <= 66 or with panels taller than 512 rows): racecheck fails on those
-here ("Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception", CUDA 13.0 on the H200), while
-memcheck and the tests pass."""
+--only NAME keeps the calls whose configuration's name contains NAME. --no-cluster skips the calls whose routes
+launch thread-block clusters (`registers_cluster2`, `builder_cluster2`, `builder_cluster3`, and the blocked routes at
+batch <= 66 or with panels taller than 512 rows): racecheck fails on those here ("Internal Sanitizer Error: The
+Sanitizer failed to handle a hardware exception", CUDA 13.0 on the H200), while memcheck and the tests pass."""
 import sys
 
 import torch
@@ -25,6 +25,8 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("builder_cluster3", 2, 256, 256), ("builder_cluster3", 2, 150, 200), ("builder_cluster3", 2, 256, 100),
           ("shared_memory", 2, 1000, 5), ("shared_memory", 3, 40, 8),
           ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200),  # one-block register panels
+          ("blocked_nb64", 140, 200, 200), ("blocked_nb64", 140, 198, 170),  # past a wave; rows not in fours
+          ("blocked_nb32", 6, 1024, 1024), ("blocked_nb32", 4, 1030, 1030),  # updates split over rows
           ("blocked_nb32", 1, 9000, 40)]  # the many-block tall panel
 
 CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
@@ -36,8 +38,12 @@ def launches_clusters(route, batch, m, n):
     return route.startswith(CLUSTER_ROUTES)
 
 
+only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
 for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
-    if "--no-cluster" in sys.argv and launches_clusters(route or qr2_op.config_for(m, n, batch), batch, m, n):
+    picked = route or qr2_op.config_for(m, n, batch)
+    if "--no-cluster" in sys.argv and launches_clusters(picked, batch, m, n):
+        continue
+    if only not in picked:
         continue
     A = torch.randn(batch, m, n, device="cuda")
     A[..., :, n // 2] *= 1e-30  # a column for the FP64 path

@@ -8,9 +8,10 @@
 // G = V^T V is an FP32 cuBLAS GEMM (only where the panel kernel built no T). The products with C run on tensor cores
 // at FP32 accuracy (3xTF32, tf32x3.cuh) in one kernel per update: a thread block takes one matrix's strip of 64 (or
 // 32) columns of C and computes W = V^T C_strip, W = T^T W and C_strip -= V W, so W never leaves shared memory and
-// the strip is read twice and written once. On 640 x 512 x 512 this is 1.3x faster than the three FP32 cuBLAS GEMMs
-// it replaced (docs/results/2026-12-02-h200-tf32x3-update.txt); the kernel still issues about nine instructions per
-// mma, so it is bound by instruction issue, not by the tensor cores.
+// the strip is read twice and written once. A few large matrices split the rows over blocks instead (three launches,
+// WyPart). On 640 x 512 x 512 the update takes 2.9 ms against 4.7 for the three FP32 cuBLAS GEMMs it replaced
+// (docs/results/2026-12-02-h200-ldmatrix-update.txt); the kernel issues about five instructions per mma (addresses,
+// predicates, the split) at three blocks per SM, so it is bound by issue and latency, not by the tensor cores.
 #include <cublas_v2.h>
 #include <limits.h>
 
@@ -27,6 +28,10 @@ constexpr int UPDATE_THREADS = 128;
 constexpr int KC = 32;        // rows of V and C per chunk
 constexpr int STAGES = 3;     // chunks in flight
 constexpr int UPDATE_W = 64;  // widest block one kernel applies; wider ones go in pieces
+constexpr int MAX_SPLITS = 64;          // row splits of one strip's update
+constexpr int SPLIT_MIN_ROWS = 8 * KC;  // rows of a partial W, at least
+constexpr int APPLY_ROWS = 8 * KC;      // rows of one apply block
+constexpr int REDUCE_THREADS = 256;
 
 __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float* G, int64_t g_bs, const float* tau,
                                                                     int64_t tau_bs, float* T, int64_t t_bs, int w) {
@@ -104,14 +109,20 @@ int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, in
 
 
 // Element (r, c) of a KC-row chunk stored column-major, each column one 32-float line whose rows are permuted by an
-// XOR of the column: both fragment patterns, rows along q with columns along g (V^T C) and rows along g with columns
-// along q (V W), then hit 32 distinct banks, and a warp copying one column's 32 rows hits each bank once.
-__device__ __forceinline__ int chunk_at(int r, int c) { return c * KC + (r ^ (((c & 3) << 3) | (c & 4))); }
+// XOR of the column with a multiple of 4, so that groups of four rows stay together (16-byte copies, ldmatrix rows):
+// eight adjacent columns' groups at one row then lie in eight different 16-byte bank groups (ldmatrix), and rows along
+// g with columns along q (the V fragment of C += V W) hit 32 different banks.
+__device__ __forceinline__ int chunk_swizzle(int c) { return ((c & 3) << 3) | (c & 4); }
+__device__ __forceinline__ int chunk_at(int r, int c) { return c * KC + (r ^ chunk_swizzle(c)); }
 
-// One 4-byte asynchronous copy global -> shared; src_ok false writes a zero and reads nothing.
+// Asynchronous copies global -> shared of 16 or 4 bytes; src_ok false writes zeros and reads nothing.
+template <int BYTES>
 __device__ __forceinline__ void copy_async(float* dst, const float* src, bool src_ok) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 4 : 0));
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 16 : 0));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 4 : 0));
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int PENDING>
@@ -124,19 +135,41 @@ struct WyUpdateShape {
     static constexpr int LDW = WMAX + 4;            // ld of T and W in shared memory: 4 mod 32, conflict-free
     static constexpr int WARPS_M = WMAX / 32;       // W = V^T C: warps along W's rows, 32 rows each
     static constexpr int NT1 = NT * WARPS_M / 32;   // ... and W's 8-column tiles per warp
-    static constexpr int NT3 = NT / 32;             // C -= V W: each warp all 32 rows of a chunk, NT / 4 columns
+    static constexpr int WARPS_J = NT / 16;         // C^T += W^T V^T: warps along the strip's columns, 16 each
+    static constexpr int NI3 = KC * WARPS_J / 32;   // ... and the chunk's 8-row tiles per warp
     static constexpr int stage = KC * (WMAX + NT);  // one chunk of V and one of C
     static constexpr int floats = STAGES * stage + NT * LDW;
     static_assert(WMAX * LDW <= STAGES * stage, "T is kept where the chunks were");
+    static_assert(WARPS_J * (KC / (8 * NI3)) == UPDATE_THREADS / 32, "C's chunk is shared out among all warps");
 };
 
-// C_strip -= V (T^T (V^T C_strip)) for the NT-column strip blockIdx.x % strips of matrix blockIdx.x / strips.
+// What one launch of wy_update_kernel does. whole: all of the update for a block's strip. Where strips alone leave
+// SMs idle (a few large matrices), the rows are split over blocks in three launches: partial_w (W_s = V_s^T C_s over
+// a block's rows, stored with its power-of-two scale), wy_reduce_kernel (W' = -T^T sum_s W_s, normalised by a power
+// of two 2^-E), apply (C_s += 2^E V_s W' over a block's rows).
+enum class WyPart { whole, partial_w, apply };
+
+// Where the split update keeps its partial W's, their scales, W' and its scale: for item (matrix, strip) =
+// b strips + strip and split s, W_s at part + (item splits + s) WMAX NT (W(k, j) at j WMAX + k), its scale exponent
+// at scale[item splits + s]; W' at wq + item WMAX NT, E at e_of[item].
+struct WySplitWork {
+    float* part;
+    int* scale;
+    float* wq;
+    int* e_of;
+};
+
+// C_strip -= V (T^T (V^T C_strip)) for the NT-column strip of each block (PART says which share of it).
+// Block x: matrix x / (strips splits), strip x / splits % strips, rows (x % splits) split_rows .. + split_rows.
 // V: mr x w (w <= WMAX), T: w x w upper triangular (ld ldt), C: mr x nc, all column-major. Chunks of KC rows of V
-// and C stream through a STAGES-deep cp.async ring twice: once for W = V^T C, once for C += V (-T^T W).
-template <int WMAX, int NT>
+// and C stream through a STAGES-deep cp.async ring twice: once for W = V^T C, once for C += V (-T^T W), computed as
+// C^T += W^T V^T so that each lane holds pairs of adjacent rows of C. VEC: rows go in 16-byte groups of four (mr, the
+// leading dimensions and strides multiples of 4, the pointers 16-byte aligned). Whole chunks skip the predicates.
+template <int WMAX, int NT, bool VEC, WyPart PART>
 __global__ void __launch_bounds__(UPDATE_THREADS, 3)
-    wy_update_kernel(int64_t strips, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs, const float* t,
-                     int64_t ldt, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs) {
+    wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
+                     int64_t v_bs, const float* t, int64_t ldt, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
+                     WySplitWork sw) {
     using S = WyUpdateShape<WMAX, NT>;
     constexpr int LDW = S::LDW;
     extern __shared__ float4 smem4[];
@@ -144,51 +177,62 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
     float* Ws = sm + STAGES * S::stage;  // W(k, j) at j LDW + k
     float* Ts = sm;                      // once the chunks of W = V^T C are consumed: T(r, c) at c LDW + r
 
-    const int64_t b = blockIdx.x / strips;
-    const int j0 = (int)(blockIdx.x - b * strips) * NT;
-    v += b * v_bs;
+    const int64_t item = blockIdx.x / splits;  // (matrix, strip)
+    const int split = (int)(blockIdx.x - item * splits);
+    const int64_t b = item / strips;
+    const int j0 = (int)(item - b * strips) * NT;
+    const int r0 = split * split_rows;
+    mr = min(split_rows, mr - r0);  // this block's rows r0 .. + mr
+    v += b * v_bs + r0;
     t += b * t_bs;
-    c += b * c_bs + j0 * ldc;
+    c += b * c_bs + j0 * ldc + r0;
     const int ncs = min(NT, nc - j0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3;
 
-    // each thread copies row tid % 32 of columns tid / 32 + 4 i of a chunk: a warp reads 128 contiguous bytes
-    const int lr = tid & 31, lc = tid >> 5;
+    // each thread copies the four rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i of a chunk: eight threads read a
+    // column's 128 contiguous bytes
+    const int lr = 4 * (tid & 7), lc = tid >> 3;
     const float* vp = v + lr + lc * ldv;
     const float* cp = c + lr + lc * ldc;
-    const int64_t vstep = 4 * ldv, cstep = 4 * ldc;
-    const int vcols = (w - lc + 3) / 4, ccols = (ncs - lc + 3) / 4;  // of the columns lc + 4 i, those that exist
-    const int swz = ((lc & 3) << 3) | (lc & 4);
-    auto slot = [&](int i) { return (lc + 4 * i) * KC + (lr ^ (swz ^ (i & 1 ? 4 : 0))); };  // chunk_at(lr, lc + 4 i)
+    const int64_t vstep = 16 * ldv, cstep = 16 * ldc;
     const int chunks = (mr + KC - 1) / KC;
     auto issue = [&](int ch) {  // chunk ch into its stage, or an empty group past the end
         if (ch < chunks) {
             float* st = sm + (ch % STAGES) * S::stage;
-            const bool in = ch * KC + lr < mr;
-            const float* p = vp + ch * KC;
+            const int r0 = ch * KC + lr;
+            if (VEC && (ch + 1) * KC <= mr && w == WMAX && ncs == NT) {  // all of the chunk: no predicates
 #pragma unroll
-            for (int i = 0; i < WMAX / 4; ++i, p += vstep) copy_async(st + slot(i), in && i < vcols ? p : v, in && i < vcols);
-            p = cp + ch * KC;
+                for (int i = 0; i < WMAX / 16; ++i)
+                    copy_async<16>(st + chunk_at(lr, lc + 16 * i), vp + ch * KC + i * vstep, true);
 #pragma unroll
-            for (int i = 0; i < NT / 4; ++i, p += cstep)
-                copy_async(st + KC * WMAX + slot(i), in && i < ccols ? p : c, in && i < ccols);
+                for (int i = 0; i < NT / 16; ++i)
+                    copy_async<16>(st + KC * WMAX + chunk_at(lr, lc + 16 * i), cp + ch * KC + i * cstep, true);
+            } else {
+                auto column = [&](float* dst, const float* src, bool col_ok, const float* any) {
+                    if constexpr (VEC) {
+                        copy_async<16>(dst, col_ok && r0 < mr ? src : any, col_ok && r0 < mr);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const bool ok = col_ok && r0 + e < mr;
+                            copy_async<4>(dst + e, ok ? src + e : any, ok);
+                        }
+                    }
+                };
+#pragma unroll
+                for (int i = 0; i < WMAX / 16; ++i)
+                    column(st + chunk_at(lr, lc + 16 * i), vp + ch * KC + i * vstep, lc + 16 * i < w, v);
+#pragma unroll
+                for (int i = 0; i < NT / 16; ++i)
+                    column(st + KC * WMAX + chunk_at(lr, lc + 16 * i), cp + ch * KC + i * cstep, lc + 16 * i < ncs,
+                           c);
+            }
         }
         copy_async_commit();
     };
-
-    // W = V^T C_strip: warp (wm, wn) owns rows 32 wm .. + 32 and NT1 column tiles of W. A strip whose entries are all
-    // below 2^-64 or above 2^64 would lose its subnormal products to the tensor cores, or overflow: it takes a second
-    // pass with C scaled by a power of two (cs1 cs2).
-    const int wm = warp % S::WARPS_M, wj = 8 * S::NT1 * (warp / S::WARPS_M);
-    float big[2][S::NT1][4], small[2][S::NT1][4];
-    auto w_pass = [&](auto scaled_pass, float cs1, float cs2) {
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < S::NT1; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+    // body(ch, V chunk, C chunk) for every chunk as it arrives
+    auto stream_chunks = [&](auto&& body) {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) issue(s);
         for (int ch = 0; ch < chunks; ++ch) {
@@ -196,52 +240,42 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
             __syncthreads();
             issue(ch + STAGES - 1);
             const float* Vc = sm + (ch % STAGES) * S::stage;
-            const float* Cc = Vc + KC * WMAX;
-            tf32x3_warp_tile<2, S::NT1, KC / 8>(
-                big, small, [&](int i, int k) { return Vc[chunk_at(k, 32 * wm + i)]; },
-                [&](int k, int j) {
-                    if constexpr (decltype(scaled_pass)::value) return Cc[chunk_at(k, wj + j)] * cs1 * cs2;
-                    else return Cc[chunk_at(k, wj + j)];
-                },
-                lane);
+            body(ch, Vc, Vc + KC * WMAX);
         }
         copy_async_wait<0>();
         __syncthreads();
     };
-    w_pass(std::false_type{}, 1.f, 1.f);
-    // W's largest magnitude, and only where it is below 2^-64 or above 2^64 (or not finite) the strip's own
-    __shared__ float warp_max[UPDATE_THREADS / 32];
-    auto block_max = [&](float x) {
-        x = warp_max_of(x);
-        __syncthreads();
-        if (lane == 0) warp_max[warp] = x;
-        __syncthreads();
-        for (int i = 0; i < UPDATE_THREADS / 32; ++i) x = fmaxf(x, warp_max[i]);
-        return x;
+
+    // W = V^T C_strip: warp (wm, wn) owns rows 32 wm .. + 32 and NT1 column tiles of W. A strip whose entries are all
+    // below 2^-64 or above 2^64 would lose its subnormal products to the tensor cores, or overflow: it takes a second
+    // pass with C scaled by a power of two (cs1 cs2).
+    const int wm = warp % S::WARPS_M, wj = 8 * S::NT1 * (warp / S::WARPS_M);
+    const int ar = ldsm_a_row(lane), ak = ldsm_a_k(lane), br = ldsm_b_row(lane), bk = ldsm_b_k(lane);
+    float big[2][S::NT1][4], small[2][S::NT1][4];
+    auto w_pass = [&](auto scaled_pass, float cs1, float cs2) {
+        constexpr bool SCALED = decltype(scaled_pass)::value;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < S::NT1; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+        stream_chunks([&](int, const float* Vc, const float* Cc) {
+            tf32x3_warp_tile<2, S::NT1, KC / 8>(
+                big, small,
+                [&](int mt, int ks) {  // A = V^T: row i is V's column 32 wm + 16 mt + i, contiguous in k
+                    uint32_t x[4];
+                    ldsm_x4(x, Vc + chunk_at(8 * ks + ak, 32 * wm + 16 * mt + ar));
+                    return tf32x3_a(x);
+                },
+                [&](int nt, int ks) {  // B = C: column j contiguous in k
+                    uint32_t x[2];
+                    ldsm_x2(x, Cc + chunk_at(8 * ks + bk, wj + 8 * nt + br));
+                    return tf32x3_b<SCALED>(x, cs1, cs2);
+                });
+        });
     };
-    float wmax = 0.f;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < S::NT1; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) wmax = fmaxf(wmax, fabsf(big[mt][nt][e] + small[mt][nt][e]));
-    wmax = block_max(wmax);
-    float cmax = 1.f;
-    if (!(wmax >= 0x1p-64f && wmax <= 0x1p64f)) {
-        cmax = 0.f;
-        for (int j = lc; j < ncs; j += UPDATE_THREADS / 32)
-            for (int r = lr; r < mr; r += 32) cmax = fmaxf(cmax, fabsf(c[r + j * ldc]));
-        cmax = block_max(cmax);
-    }
-    const bool scaled = cmax > 0.f && cmax <= 3.4e38f && (cmax < 0x1p-64f || cmax > 0x1p64f);
-    float cs1 = 1.f, cs2 = 1.f;  // C is scaled by cs1 cs2 = 2^-e, |C| < 2 after
-    if (scaled) {
-        const int e = ilogbf(cmax);
-        cs1 = exp2f((float)(-e / 2));
-        cs2 = exp2f((float)(-e - (-e / 2)));
-        w_pass(std::true_type{}, cs1, cs2);
-    }
+    // W's largest magnitude, and only where it is below 2^-64 or above 2^64 (or not finite) the strip's own
     auto put_w = [&](float sign) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -256,96 +290,293 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
                 Ws[(j + 1) * LDW + i + 8] = sign * (d[3] + e[3]);
             }
     };
-    put_w(1.f);
-    for (int idx = tid; idx < WMAX * WMAX; idx += UPDATE_THREADS) {
-        const int r = idx % WMAX, cc = idx / WMAX;
-        Ts[cc * LDW + r] = r < w && cc < w ? t[r + cc * ldt] : 0.f;
-    }
-    __syncthreads();
-
-    // W = -T^T W, negated so that the last product adds
+    __shared__ float warp_max[UPDATE_THREADS / 32];
+    bool scaled = false;
+    float cs1 = 1.f, cs2 = 1.f;  // whole: C is scaled by cs1 cs2 = 2^-e, |C| < 2 after; apply: C += cs1 cs2 V W'
+    if constexpr (PART != WyPart::apply) {
+        w_pass(std::false_type{}, 1.f, 1.f);
+        auto block_max = [&](float x) {
+            x = warp_max_of(x);
+            __syncthreads();
+            if (lane == 0) warp_max[warp] = x;
+            __syncthreads();
+            for (int i = 0; i < UPDATE_THREADS / 32; ++i) x = fmaxf(x, warp_max[i]);
+            return x;
+        };
+        float wmax = 0.f;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < S::NT1; ++nt)
+            for (int nt = 0; nt < S::NT1; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
-    tf32x3_warp_tile<2, S::NT1, WMAX / 8>(
-        big, small, [&](int i, int k) { return Ts[(32 * wm + i) * LDW + k]; },
-        [&](int k, int j) { return Ws[(wj + j) * LDW + k]; }, lane);
-    __syncthreads();
-    put_w(-1.f);
-    __syncthreads();
-
-    // C_strip += V W, KC rows at a time: warp w owns all KC rows and columns w NT / 4 .. + NT / 4 of each chunk
-    const int wj3 = warp * (NT / 4);
-    float* ccol[2 * S::NT3];  // this thread's columns of C: wj3 + 8 (e / 2) + 2 q + e % 2
-    bool cin[2 * S::NT3];
-#pragma unroll
-    for (int e = 0; e < 2 * S::NT3; ++e) {
-        const int j = wj3 + 8 * (e >> 1) + 2 * q + (e & 1);
-        cin[e] = j < ncs;
-        ccol[e] = c + g + (cin[e] ? j : 0) * ldc;
-    }
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) issue(s);
-    for (int ch = 0; ch < chunks; ++ch) {
-        copy_async_wait<STAGES - 2>();
-        __syncthreads();
-        issue(ch + STAGES - 1);
-        const float* Vc = sm + (ch % STAGES) * S::stage;
-        const float* Cc = Vc + KC * WMAX;
-        float up[2][S::NT3][4] = {}, upsmall[2][S::NT3][4] = {};
-        tf32x3_warp_tile<2, S::NT3, WMAX / 8>(
-            up, upsmall, [&](int i, int k) { return Vc[chunk_at(i, k)]; },
-            [&](int k, int j) { return Ws[(wj3 + j) * LDW + k]; }, lane);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-            const int r = 16 * mt + g;  // and r + 8
-            const int64_t row = (int64_t)ch * KC + 16 * mt;
-#pragma unroll
-            for (int nt = 0; nt < S::NT3; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = 2 * nt + (e & 1), rr = r + (e & 2 ? 8 : 0);
-                    const int jj = wj3 + 8 * nt + 2 * q + (e & 1);
-                    if (cin[col] && ch * KC + rr < mr) {
-                        const float upd = up[mt][nt][e] + upsmall[mt][nt][e];
-                        ccol[col][row + (e & 2 ? 8 : 0)] =
-                            scaled ? (Cc[chunk_at(rr, jj)] * cs1 * cs2 + upd) / cs1 / cs2 : Cc[chunk_at(rr, jj)] + upd;
-                    }
-                }
+                for (int e = 0; e < 4; ++e) wmax = fmaxf(wmax, fabsf(big[mt][nt][e] + small[mt][nt][e]));
+        wmax = block_max(wmax);
+        float cmax = 1.f;
+        if (!(wmax >= 0x1p-64f && wmax <= 0x1p64f)) {
+            const int sr = tid & 31, sc = tid >> 5;
+            cmax = 0.f;
+            for (int j = sc; j < ncs; j += UPDATE_THREADS / 32)
+                for (int r = sr; r < mr; r += 32) cmax = fmaxf(cmax, fabsf(c[r + j * ldc]));
+            cmax = block_max(cmax);
         }
+        scaled = cmax > 0.f && cmax <= 3.4e38f && (cmax < 0x1p-64f || cmax > 0x1p64f);
+        const int e = scaled ? ilogbf(cmax) : 0;
+        if (scaled) {
+            cs1 = exp2f((float)(-e / 2));
+            cs2 = exp2f((float)(-e - (-e / 2)));
+            w_pass(std::true_type{}, cs1, cs2);
+        }
+        if constexpr (PART == WyPart::partial_w) {  // W_s = 2^-e V_s^T C_s, and e
+            float* out = sw.part + (item * splits + split) * (WMAX * NT);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < S::NT1; ++nt)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        const int i = 32 * wm + 16 * mt + g + (r & 2 ? 8 : 0), j = wj + 8 * nt + 2 * q + (r & 1);
+                        out[j * WMAX + i] = big[mt][nt][r] + small[mt][nt][r];
+                    }
+            if (tid == 0) sw.scale[item * splits + split] = e;
+            return;
+        }
+        put_w(1.f);
+    } else {  // W' and its scale from wy_reduce_kernel
+        const float* wq = sw.wq + item * (WMAX * NT);
+        for (int idx = tid; idx < WMAX * NT; idx += UPDATE_THREADS) Ws[(idx / WMAX) * LDW + idx % WMAX] = wq[idx];
+        const int e = sw.e_of[item];
+        scaled = e != 0;
+        cs1 = exp2f((float)(e / 2));
+        cs2 = exp2f((float)(e - e / 2));
+        __syncthreads();
     }
-    copy_async_wait<0>();
+    if constexpr (PART == WyPart::whole) {
+        for (int idx = tid; idx < WMAX * WMAX; idx += UPDATE_THREADS) {
+            const int r = idx % WMAX, cc = idx / WMAX;
+            Ts[cc * LDW + r] = r < w && cc < w ? t[r + cc * ldt] : 0.f;
+        }
+        __syncthreads();
+
+        // W = -T^T W, negated so that the last product adds: A = T^T (row i is T's column), B = W, both contiguous in k
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < S::NT1; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+        tf32x3_warp_tile<2, S::NT1, WMAX / 8>(
+            big, small,
+            [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
+            [&](int nt, int ks) { return tf32x3_b_ldsm(Ws + (wj + 8 * nt) * LDW + 8 * ks, LDW, lane); });
+        __syncthreads();
+        put_w(-1.f);
+        __syncthreads();
+    }
+
+    // C_strip^T += W^T V^T, KC rows at a time: warp (wjw, wiw) owns columns 16 wjw .. + 16 of the strip and rows
+    // 8 NI3 wiw .. + 8 NI3 of each chunk; its 16 columns of W^T, split once, stay in registers.
+    const int j3 = 16 * (warp % S::WARPS_J), i3 = 8 * S::NI3 * (warp / S::WARPS_J);
+    Tf32x3A wt[WMAX / 8];
+#pragma unroll
+    for (int ks = 0; ks < WMAX / 8; ++ks) wt[ks] = tf32x3_a_ldsm(Ws + j3 * LDW + 8 * ks, LDW, lane);
+    const int jc[2] = {j3 + g, j3 + g + 8};  // this lane's columns of C, each with rows i3 + 8 n + 2q, + 1
+    float* ccol[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ccol[h] = c + (int64_t)(jc[h] < ncs ? jc[h] : 0) * ldc;
+    stream_chunks([&](int ch, const float* Vc, const float* Cc) {
+        float up[1][S::NI3][4] = {}, upsmall[1][S::NI3][4] = {};
+        tf32x3_warp_tile<1, S::NI3, WMAX / 8>(
+            up, upsmall, [&](int, int ks) { return wt[ks]; },
+            [&](int n, int ks) {  // B = V^T: B(k, i) = V(i, k), one element at a time (V is contiguous in i)
+                return tf32x3_b_at([&](int k, int i) { return Vc[chunk_at(i3 + 8 * n + i, 8 * ks + k)]; }, lane);
+            });
+        auto update = [&](float2 old, int n, int h) {
+            const float u0 = up[0][n][2 * h] + upsmall[0][n][2 * h];
+            const float u1 = up[0][n][2 * h + 1] + upsmall[0][n][2 * h + 1];
+            if (!scaled) return make_float2(old.x + u0, old.y + u1);
+            if constexpr (PART == WyPart::apply) return make_float2(old.x + u0 * cs1 * cs2, old.y + u1 * cs1 * cs2);
+            return make_float2((old.x * cs1 * cs2 + u0) / cs1 / cs2, (old.y * cs1 * cs2 + u1) / cs1 / cs2);
+        };
+        if (VEC && (ch + 1) * KC <= mr && ncs == NT) {  // all of the chunk: no predicates
+#pragma unroll
+            for (int n = 0; n < S::NI3; ++n)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int i = i3 + 8 * n + 2 * q;
+                    const float2 old = *reinterpret_cast<const float2*>(Cc + chunk_at(i, jc[h]));
+                    *reinterpret_cast<float2*>(ccol[h] + ch * KC + i) = update(old, n, h);
+                }
+            return;
+        }
+#pragma unroll
+        for (int n = 0; n < S::NI3; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = i3 + 8 * n + 2 * q;  // and i + 1
+                const int row = ch * KC + i;
+                if (jc[h] >= ncs || row >= mr) continue;
+                const float2 nw = update(*reinterpret_cast<const float2*>(Cc + chunk_at(i, jc[h])), n, h);
+                if constexpr (VEC) {
+                    *reinterpret_cast<float2*>(ccol[h] + row) = nw;
+                } else {
+                    ccol[h][row] = nw.x;
+                    if (row + 1 < mr) ccol[h][row + 1] = nw.y;
+                }
+            }
+    });
 }
 
-// One launch of the fused update for a block of w <= UPDATE_W reflectors.
+// W' = -T^T sum_s 2^e_s W_s for one (matrix, strip) per block, in FP32, stored as 2^-E W' with E chosen so that the
+// sum's largest entry is in [1, 2): the apply step's tensor cores then see entries near 1 (never subnormal products).
+// The partials are summed at the largest scale among them, each thread's entries loaded together for every split.
 template <int WMAX, int NT>
-int launch_wy_update(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs, const float* t,
-                     int64_t ldt, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs, void* stream) {
-    const int64_t strips = (nc + NT - 1) / NT;
-    if (batch > INT_MAX / strips) return qr2_record_error("wy_update launch", "more than 2^31 - 1 thread blocks");
+__global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
+                                                                   int64_t ldt, int64_t t_bs, WySplitWork sw) {
+    constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread
+    __shared__ float Ss[NT][WMAX + 1];               // the sum: (k, j) at [j][k]
+    __shared__ float Tt[WMAX][WMAX + 1];             // T(r, k) at [k][r]
+    __shared__ int shift[MAX_SPLITS];
+    __shared__ float max_of[REDUCE_THREADS / 32];
+    const int64_t item = blockIdx.x;
+    const int tid = threadIdx.x;
+    t += (item / strips) * t_bs;
+    const float* part = sw.part + item * splits * (WMAX * NT);
+    const int* scale = sw.scale + item * splits;
+
+    int e0 = INT_MIN;
+    for (int s = 0; s < splits; ++s) e0 = max(e0, scale[s]);
+    for (int s = tid; s < splits; s += REDUCE_THREADS) shift[s] = scale[s] - e0;
+    for (int idx = tid; idx < WMAX * WMAX; idx += REDUCE_THREADS) {
+        const int r = idx % WMAX, k = idx / WMAX;
+        Tt[k][r] = r < w && k < w ? t[r + k * ldt] : 0.f;
+    }
+    __syncthreads();
+    float sum[PER] = {};
+    for (int s = 0; s < splits; ++s) {
+        const float* ps = part + s * (WMAX * NT) + tid;
+        float x[PER];
+#pragma unroll
+        for (int i = 0; i < PER; ++i) x[i] = ps[REDUCE_THREADS * i];
+        const int sh = shift[s];
+#pragma unroll
+        for (int i = 0; i < PER; ++i) sum[i] += sh == 0 ? x[i] : ldexpf(x[i], sh);
+    }
+    float m = 0.f;  // the largest entry, or NaN / Inf (then no scaling)
+#pragma unroll
+    for (int i = 0; i < PER; ++i) m = isfinite(sum[i]) && isfinite(m) ? fmaxf(m, fabsf(sum[i])) : INFINITY;
+    m = warp_max_of(m);
+    if ((tid & 31) == 0) max_of[tid >> 5] = m;
+    __syncthreads();
+    for (int i = 0; i < REDUCE_THREADS / 32; ++i) m = fmaxf(m, max_of[i]);
+    const int up = isfinite(m) && m > 0.f ? -ilogbf(m) : 0;  // sum 2^up in [1, 2)
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int idx = tid + REDUCE_THREADS * i;
+        Ss[idx / WMAX][idx % WMAX] = up == 0 ? sum[i] : ldexpf(sum[i], up);
+    }
+    __syncthreads();
+    float* wq = sw.wq + item * (WMAX * NT);
+    for (int idx = tid; idx < WMAX * NT; idx += REDUCE_THREADS) {
+        const int k = idx % WMAX, j = idx / WMAX;
+        float acc = 0.f;
+        for (int r = 0; r <= k; ++r) acc = fmaf(Tt[k][r], Ss[j][r], acc);  // T upper triangular
+        wq[idx] = -acc;
+    }
+    if (tid == 0) sw.e_of[item] = e0 - up;
+}
+
+// One update's geometry (see qr2_update_args), for a block of w <= UPDATE_W reflectors.
+struct WyArgs {
+    int64_t batch;
+    int mr, w, nc;
+    const float* v;
+    int64_t ldv, v_bs;
+    const float* t;
+    int64_t ldt, t_bs;
+    float* c;
+    int64_t ldc, c_bs;
+};
+
+// One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
+// blocks of split_rows.
+template <int WMAX, int NT, WyPart PART>
+int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, void* stream) {
+    const int64_t strips = (a.nc + NT - 1) / NT;
+    const int splits = (a.mr + split_rows - 1) / split_rows;
+    if (a.batch > INT_MAX / strips / splits) return qr2_record_error("wy_update launch", "more than 2^31 - 1 thread blocks");
+    const bool vec = a.mr % 4 == 0 && a.ldv % 4 == 0 && a.ldc % 4 == 0 && a.v_bs % 4 == 0 && a.c_bs % 4 == 0 &&
+                     (uintptr_t)a.v % 16 == 0 && (uintptr_t)a.c % 16 == 0;
     Qr2Launch how;
-    how.grid = dim3((unsigned)(batch * strips));
+    how.grid = dim3((unsigned)(a.batch * strips * splits));
     how.block = dim3(UPDATE_THREADS);
     how.smem = WyUpdateShape<WMAX, NT>::floats * sizeof(float);
     how.smem_limit = how.smem;
-    return qr2_launch(wy_update_kernel<WMAX, NT>, how, stream, "wy_update launch", strips, mr, w, nc, v, ldv, v_bs, t,
-                      ldt, t_bs, c, ldc, c_bs);
+    return qr2_launch(vec ? wy_update_kernel<WMAX, NT, true, PART> : wy_update_kernel<WMAX, NT, false, PART>, how,
+                      stream, "wy_update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t,
+                      a.ldt, a.t_bs, a.c, a.ldc, a.c_bs, sw);
 }
 
-// 64-column strips, or 32 where 64 would leave fewer than two blocks per SM (a few tall matrices).
-int wy_update(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs, const float* t,
-              int64_t ldt, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs, const qr2_device* dev, void* stream) {
-    const bool narrow = nc <= 32 || batch * ((nc + 63) / 64) < 2 * (int64_t)dev->sms;
-    if (w <= 32) {
-        if (narrow)
-            return launch_wy_update<32, 32>(batch, mr, w, nc, v, ldv, v_bs, t, ldt, t_bs, c, ldc, c_bs, stream);
-        return launch_wy_update<32, 64>(batch, mr, w, nc, v, ldv, v_bs, t, ldt, t_bs, c, ldc, c_bs, stream);
+
+// Row splits: 1 while 32-column strips give every SM two blocks; else enough 64-column strips x splits for four
+// blocks per SM, each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per strip walked all rows
+// with SMs idle).
+int update_splits(int64_t batch, int mr, int nc, const qr2_device* dev) {
+    if (batch * ((nc + 31) / 32) >= 2 * (int64_t)dev->sms) return 1;
+    const int64_t items = batch * ((nc + 63) / 64);
+    int64_t s = (4 * (int64_t)dev->sms + items - 1) / items;
+    if (s > mr / SPLIT_MIN_ROWS) s = mr / SPLIT_MIN_ROWS;
+    if (s > MAX_SPLITS) s = MAX_SPLITS;
+    return s < 2 ? 1 : (int)s;
+}
+
+template <int WMAX>
+int split_update(const WyArgs& a, int splits, const WySplitWork& sw, void* stream) {
+    const int split_rows = ((a.mr + splits - 1) / splits + KC - 1) / KC * KC;
+    if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
+    const int64_t strips = (a.nc + 63) / 64;
+    Qr2Launch how;
+    how.grid = dim3((unsigned)(a.batch * strips));
+    how.block = dim3(REDUCE_THREADS);
+    if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
+                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.ldt, a.t_bs, sw))
+        return 1;
+    return launch_wy_update<WMAX, 64, WyPart::apply>(a, APPLY_ROWS, sw, stream);
+}
+
+// The split update's regions for `parts` partial W's of wmax x 64 (see split_floats).
+WySplitWork split_work(float* base, int64_t parts, int wmax, const qr2_device* dev) {
+    WySplitWork sw;
+    sw.scale = reinterpret_cast<int*>(base);
+    sw.e_of = sw.scale + 6 * (int64_t)dev->sms;
+    sw.part = reinterpret_cast<float*>(sw.e_of + 2 * (int64_t)dev->sms);
+    sw.wq = sw.part + parts * wmax * 64;
+    return sw;
+}
+
+// 64-column strips; 32 where 64 would leave fewer than two blocks per SM and rows are too few to split.
+int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
+    const int splits = update_splits(a.batch, a.mr, a.nc, dev);
+    const int wmax = a.w <= 32 ? 32 : 64;
+    const WySplitWork sw = split_work(split_base, a.batch * ((a.nc + 63) / 64) * splits, wmax, dev);
+    if (splits > 1) return wmax == 32 ? split_update<32>(a, splits, sw, stream) : split_update<64>(a, splits, sw, stream);
+    const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
+    if (a.w <= 32) {
+        if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
+        return launch_wy_update<32, 64, WyPart::whole>(a, a.mr, sw, stream);
     }
-    if (narrow) return launch_wy_update<64, 32>(batch, mr, w, nc, v, ldv, v_bs, t, ldt, t_bs, c, ldc, c_bs, stream);
-    return launch_wy_update<64, 64>(batch, mr, w, nc, v, ldv, v_bs, t, ldt, t_bs, c, ldc, c_bs, stream);
+    if (narrow) return launch_wy_update<64, 32, WyPart::whole>(a, a.mr, sw, stream);
+    return launch_wy_update<64, 64, WyPart::whole>(a, a.mr, sw, stream);
+}
+
+// The split update's workspace, after the batch's per-matrix regions: the scale exponents (at most 6 SMs partials,
+// 2 SMs (matrix, strip) items: items < 2 SMs whenever rows are split, and items x splits < 4 SMs + items), then the
+// partial W's and each item's W', WMAX x 64 each. Sized for an m x n problem with outer panels of w columns.
+int64_t split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
+    const int64_t sms = dev->sms, splits = m / SPLIT_MIN_ROWS < MAX_SPLITS ? m / SPLIT_MIN_ROWS : MAX_SPLITS;
+    if (batch >= 2 * sms || splits < 2 || n <= 0) return 0;
+    const int64_t items = batch * ((n + 63) / 64) < 2 * sms ? batch * ((n + 63) / 64) : 2 * sms;
+    const int64_t parts = items * splits < 6 * sms ? items * splits : 6 * sms;
+    return 8 * sms + (parts + items) * (w <= 32 ? 32 : 64) * 64;
 }
 
 }  // namespace
@@ -366,6 +597,10 @@ int cublas_update(const qr2_update_args* a, cublasHandle_t h, const float* T, in
 
 extern "C" int64_t qr2_update_work_floats(int w, int nc) {
     return 2 * (int64_t)w * w + 2 * (int64_t)w * nc;  // G and T when T is built here; W and W2 for cuBLAS
+}
+
+extern "C" int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
+    return split_floats(m, n, w, batch, dev);
 }
 
 extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const qr2_device* dev, void* stream) {
@@ -392,6 +627,7 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         how.grid = dim3((unsigned)a->batch);
         how.block = dim3(T_THREADS);
         how.smem = 3 * (size_t)w * w * sizeof(float);
+        how.smem_limit = 3 * (size_t)QR2_UPDATE_MAX_W * QR2_UPDATE_MAX_W * sizeof(float);  // one value for every call
         if (qr2_launch(larft_from_gram_kernel, how, stream, "larft_from_gram launch", (const float*)G, ws, a->tau,
                        a->tau_bs, Tw, ws, w))
             return 1;
@@ -402,10 +638,9 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     // Q^T = Q_2^T Q_1^T for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their
     // T factors, and the later block's reflectors are zero above its first row.
     for (int k = 0; k < w; k += UPDATE_W) {
-        const int wk = w - k < UPDATE_W ? w - k : UPDATE_W;
-        if (wy_update(a->batch, mr - k, wk, a->nc, a->v + k * a->ldv + k, a->ldv, a->v_bs, T + (int64_t)k * w + k, w,
-                      t_bs, a->c + k, a->ldc, a->c_bs, dev, stream))
-            return 1;
+        const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
+                              a->ldv, a->v_bs, T + (int64_t)k * w + k, w, t_bs, a->c + k, a->ldc, a->c_bs};
+        if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
 }
