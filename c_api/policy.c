@@ -50,9 +50,10 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
     RULE(qr2_registers, n <= 96);
     /* Tall matrices of n <= 8: one block's shared memory. */
     RULE(qr2_shared_memory, n <= 8);
-    /* n >= 512 from 100 matrices on an H200: 64-column outer panels halve the passes of the trailing update
-     * (640 x 512 1.07x, 200 x 1024 1.16x faster than 32). */
-    RULE(qr2_blocked_nb64, n >= 512 && batch >= measured(d, 100));
+    /* n >= 512 with at least 400 000 matrix entries per SM (52 million on an H200): 64-column outer panels halve the
+     * passes of the trailing update where there is enough of it to fill the SMs (60 x 1024 5.85 against 6.02 ms,
+     * 40 x 1536 1.07x, 100 x 768 1.01x; 100 x 512, 60 x 768, 40 x 1024 and every batch <= 20 slower). */
+    RULE(qr2_blocked_nb64, n >= 512 && batch * m * n >= 400000 * wave);
     return &qr2_blocked_nb32; /* any shape */
 }
 
