@@ -604,7 +604,7 @@ extern "C" int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t 
 }
 
 extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const qr2_device* dev, void* stream) {
-    if (a->batch <= 0 || a->w <= 0 || a->nc <= 0) return 0;
+    if (a->batch <= 0 || a->w <= 0 || a->nc <= 0 || a->mr <= 0) return 0;
     if (a->w > QR2_UPDATE_MAX_W) return qr2_record_error("update", "block wider than QR2_UPDATE_MAX_W");
     const int w = a->w, mr = a->mr;
     const float* T = a->t;
@@ -637,7 +637,7 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     if (few_strips) return cublas_update(a, h, T, t_bs, Tw + (int64_t)w * w, Tw + (int64_t)w * w + (int64_t)w * a->nc);
     // Q^T = Q_2^T Q_1^T for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their
     // T factors, and the later block's reflectors are zero above its first row.
-    for (int k = 0; k < w; k += UPDATE_W) {
+    for (int k = 0; k < w && k < mr; k += UPDATE_W) {  // a block past the last row holds no reflector
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
                               a->ldv, a->v_bs, T + (int64_t)k * w + k, w, t_bs, a->c + k, a->ldc, a->c_bs};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
