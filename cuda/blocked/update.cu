@@ -252,14 +252,17 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
     const int wm = warp % S::WARPS_M, wj = 8 * S::NT1 * (warp / S::WARPS_M);
     const int ar = ldsm_a_row(lane), ak = ldsm_a_k(lane), br = ldsm_b_row(lane), bk = ldsm_b_k(lane);
     float big[2][S::NT1][4], small[2][S::NT1][4];
-    auto w_pass = [&](auto scaled_pass, float cs1, float cs2) {
-        constexpr bool SCALED = decltype(scaled_pass)::value;
+    auto clear_w = [&] {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int nt = 0; nt < S::NT1; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+    };
+    auto w_pass = [&](auto scaled_pass, float cs1, float cs2) {
+        constexpr bool SCALED = decltype(scaled_pass)::value;
+        clear_w();
         stream_chunks([&](int, const float* Vc, const float* Cc) {
             tf32x3_warp_tile<2, S::NT1, KC / 8>(
                 big, small,
@@ -358,12 +361,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
         __syncthreads();
 
         // W = -T^T W, negated so that the last product adds: A = T^T (row i is T's column), B = W, both contiguous in k
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < S::NT1; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+        clear_w();
         tf32x3_warp_tile<2, S::NT1, WMAX / 8>(
             big, small,
             [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
