@@ -143,6 +143,37 @@ def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     assert err < max(1e-5, mr * 2.0 ** -24), err  # FP32's bound for dot products of length mr
 
 
+@pytest.mark.parametrize("columns", ["2^100_and_2^-70", "near_flt_max_and_1", "subnormal_and_1"])
+# whole strips of 32 and 64 columns, and rows split over blocks
+@pytest.mark.parametrize("batch,mr,w,nc", [(100, 64, 32, 64), (150, 300, 64, 100), (3, 2000, 64, 2000),
+                                           (8, 3000, 32, 1000)], ids=str)
+def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
+    """Columns of very different magnitudes in one strip (LAPACK scales column by column): alternate columns near
+    2^100 and 2^-70, an entry of 3.401e38 (just below FLT_MAX) in a column next to columns near 1, subnormal columns
+    next to normal ones. Each column of C <- Q^T C within FP32's bound relative to that column, and finite."""
+    H, tau = torch.geqrf(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
+    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
+    T64 = _larft64(V64, tau)
+    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
+    if columns == "2^100_and_2^-70":
+        C64[..., 0::2] *= 2.0 ** 100
+        C64[..., 1::2] *= 2.0 ** -70
+    elif columns == "near_flt_max_and_1":
+        C64[..., 0, 0::3] = 3.401e38
+    else:
+        C64[..., 1::2] *= 2.0 ** -130
+    C = _column_major(C64.float())
+    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))
+    V = _column_major(V64.float())
+    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
+    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau.float().contiguous().data_ptr(),
+                                T64.float().transpose(-1, -2).contiguous().data_ptr(), C.data_ptr(), work.data_ptr(),
+                                torch.cuda.current_blas_handle(), torch.cuda.current_device(), _stream()))
+    assert torch.isfinite(C).all()
+    err = (C.double() - expected).abs().amax(dim=-2) / expected.abs().amax(dim=-2)
+    assert err.max() < max(1e-5, mr * 2.0 ** -24), err.max()
+
+
 @pytest.mark.parametrize("layout", ["row_major", "column_major", "transposed_slice", "batch_strided"])
 @pytest.mark.parametrize("batch,m,n", [(1, 1, 1), (3, 33, 65), (2, 100, 7), (70000, 2, 3)], ids=str)
 def test_transpose_copies_any_strides_into_column_major(layout, batch, m, n):

@@ -32,6 +32,7 @@ constexpr int MAX_SPLITS = 64;          // row splits of one strip's update
 constexpr int SPLIT_MIN_ROWS = 8 * KC;  // rows of a partial W, at least
 constexpr int APPLY_ROWS = 8 * KC;      // rows of one apply block
 constexpr int REDUCE_THREADS = 256;
+constexpr int SCALE_ZERO = INT_MIN / 2;  // a partial W's column that is exactly zero: no scale to take part in the sum
 
 __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float* G, int64_t g_bs, const float* tau,
                                                                     int64_t tau_bs, float* T, int64_t t_bs, int w) {
@@ -149,9 +150,10 @@ struct WyUpdateShape {
 // of two 2^-E), apply (C_s += 2^E V_s W' over a block's rows).
 enum class WyPart { whole, partial_w, apply };
 
-// Where the split update keeps its partial W's, their scales, W' and its scale: for item (matrix, strip) =
-// b strips + strip and split s, W_s at part + (item splits + s) WMAX NT (W(k, j) at j WMAX + k), its scale exponent
-// at scale[item splits + s]; W' at wq + item WMAX NT, E at e_of[item].
+// Where the split update keeps its partial W's, their scales, W' and its scales: for item (matrix, strip) =
+// b strips + strip and split s, W_s at part + (item splits + s) WMAX NT (W(k, j) at j WMAX + k), the scale exponent
+// of its column j at scale[(item splits + s) NT + j] (SCALE_ZERO: the column is exactly zero); W' at
+// wq + item WMAX NT, the exponent of its column j at e_of[item NT + j]. NT = 64 wherever rows are split.
 struct WySplitWork {
     float* part;
     int* scale;
@@ -246,23 +248,29 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
         __syncthreads();
     };
 
-    // W = V^T C_strip: warp (wm, wn) owns rows 32 wm .. + 32 and NT1 column tiles of W. A strip whose entries are all
-    // below 2^-64 or above 2^64 would lose its subnormal products to the tensor cores, or overflow: it takes a second
-    // pass with C scaled by a power of two (cs1 cs2).
+    // W = V^T C_strip: warp (wm, wn) owns rows 32 wm .. + 32 and NT1 column tiles of W; a second pass redoes it with
+    // some columns of C scaled (below).
     const int wm = warp % S::WARPS_M, wj = 8 * S::NT1 * (warp / S::WARPS_M);
     const int ar = ldsm_a_row(lane), ak = ldsm_a_k(lane), br = ldsm_b_row(lane), bk = ldsm_b_k(lane);
     float big[2][S::NT1][4], small[2][S::NT1][4];
-    auto clear_w = [&] {
+    // Per column j of the strip: C's multipliers for the redone pass (sc, 2^-e_j in two factors) and the update's
+    // (uc, 2^e_j: whole; 2^E_j: apply); 1 where the column needs no scaling.
+    __shared__ float sc1[NT], sc2[NT], uc1[NT], uc2[NT];
+    __shared__ unsigned colmax_bits[NT];  // |x| as bits: unsigned order is float order, NaN above Inf
+    auto w_pass = [&](auto scaled_pass) {
+        constexpr bool SCALED = decltype(scaled_pass)::value;
+        float f1[S::NT1], f2[S::NT1];  // this lane's columns wj + 8 nt + g
+#pragma unroll
+        for (int nt = 0; nt < S::NT1; ++nt) {
+            f1[nt] = SCALED ? sc1[wj + 8 * nt + g] : 1.f;
+            f2[nt] = SCALED ? sc2[wj + 8 * nt + g] : 1.f;
+        }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int nt = 0; nt < S::NT1; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
-    };
-    auto w_pass = [&](auto scaled_pass, float cs1, float cs2) {
-        constexpr bool SCALED = decltype(scaled_pass)::value;
-        clear_w();
         stream_chunks([&](int, const float* Vc, const float* Cc) {
             tf32x3_warp_tile<2, S::NT1, KC / 8>(
                 big, small,
@@ -274,11 +282,10 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
                 [&](int nt, int ks) {  // B = C: column j contiguous in k
                     uint32_t x[2];
                     ldsm_x2(x, Cc + chunk_at(8 * ks + bk, wj + 8 * nt + br));
-                    return tf32x3_b<SCALED>(x, cs1, cs2);
+                    return tf32x3_b<SCALED>(x, f1[nt], f2[nt]);
                 });
         });
     };
-    // W's largest magnitude, and only where it is below 2^-64 or above 2^64 (or not finite) the strip's own
     auto put_w = [&](float sign) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -293,43 +300,59 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
                 Ws[(j + 1) * LDW + i + 8] = sign * (d[3] + e[3]);
             }
     };
-    __shared__ float warp_max[UPDATE_THREADS / 32];
-    bool scaled = false;
-    float cs1 = 1.f, cs2 = 1.f;  // whole: C is scaled by cs1 cs2 = 2^-e, |C| < 2 after; apply: C += cs1 cs2 V W'
+    // Tensor cores flush subnormal products and W can overflow: a column of W whose largest entry lies outside
+    // [2^-64, 2^64] (or is not finite) has its column of C measured, and where all of that column lies outside the
+    // range, W's column is redone with C's column scaled by a power of two. Column by column, so that a large column
+    // never pushes a small one of the same strip below FP32's range.
+    bool scaled = false;  // any column of the strip
     if constexpr (PART != WyPart::apply) {
-        w_pass(std::false_type{}, 1.f, 1.f);
-        auto block_max = [&](float x) {
-            x = warp_max_of(x);
-            __syncthreads();
-            if (lane == 0) warp_max[warp] = x;
-            __syncthreads();
-            for (int i = 0; i < UPDATE_THREADS / 32; ++i) x = fmaxf(x, warp_max[i]);
-            return x;
+        w_pass(std::false_type{});
+        for (int j = tid; j < NT; j += UPDATE_THREADS) colmax_bits[j] = 0u;
+        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < S::NT1; ++nt)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) {
+                unsigned m = 0u;
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int r = par; r < 4; r += 2)
+                        m = max(m, __float_as_uint(big[mt][nt][r] + small[mt][nt][r]) & 0x7fffffffu);
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+                if (g == 0) atomicMax(&colmax_bits[wj + 8 * nt + 2 * q + par], m);
+            }
+        __syncthreads();
+        auto outside = [](unsigned bits) {
+            const float x = __uint_as_float(bits);
+            return !(x >= 0x1p-64f && x <= 0x1p64f);
         };
-        float wmax = 0.f;
+        unsigned wbits = 0u;  // this thread's column's largest |W| (tid < NT), for the partial's zero test
+        if (tid < NT) wbits = colmax_bits[tid];
+        if (__syncthreads_or(tid < ncs && outside(wbits))) {
+            for (int j = warp; j < ncs; j += UPDATE_THREADS / 32) {  // a warp per column of C
+                unsigned m = 0u;
+                for (int r = lane; r < mr; r += 32) m = max(m, __float_as_uint(c[r + (int64_t)j * ldc]) & 0x7fffffffu);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < S::NT1; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) wmax = fmaxf(wmax, fabsf(big[mt][nt][e] + small[mt][nt][e]));
-        wmax = block_max(wmax);
-        float cmax = 1.f;
-        if (!(wmax >= 0x1p-64f && wmax <= 0x1p64f)) {
-            const int sr = tid & 31, sc = tid >> 5;
-            cmax = 0.f;
-            for (int j = sc; j < ncs; j += UPDATE_THREADS / 32)
-                for (int r = sr; r < mr; r += 32) cmax = fmaxf(cmax, fabsf(c[r + j * ldc]));
-            cmax = block_max(cmax);
+                for (int o = 1; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+                if (lane == 0) colmax_bits[j] = outside(colmax_bits[j]) ? m : 0x3f800000u;  // 1.0: in range
+            }
+            __syncthreads();
         }
-        scaled = cmax > 0.f && cmax <= 3.4e38f && (cmax < 0x1p-64f || cmax > 0x1p64f);
-        const int e = scaled ? ilogbf(cmax) : 0;
-        if (scaled) {
-            cs1 = exp2f((float)(-e / 2));
-            cs2 = exp2f((float)(-e - (-e / 2)));
-            w_pass(std::true_type{}, cs1, cs2);
+        int e = 0;  // this thread's column's exponent (tid < NT)
+        bool col_scaled = false;
+        if (tid < NT) {
+            const float cmax = __uint_as_float(colmax_bits[tid]);
+            col_scaled = tid < ncs && outside(wbits) && cmax > 0.f && isfinite(cmax) &&
+                         (cmax < 0x1p-64f || cmax > 0x1p64f);
+            e = col_scaled ? ilogbf(cmax) : 0;
+            sc1[tid] = ldexpf(1.f, -e / 2), sc2[tid] = ldexpf(1.f, -e - (-e / 2));
+            uc1[tid] = ldexpf(1.f, e / 2), uc2[tid] = ldexpf(1.f, e - e / 2);
         }
-        if constexpr (PART == WyPart::partial_w) {  // W_s = 2^-e V_s^T C_s, and e
+        scaled = __syncthreads_or(col_scaled);
+        if (scaled) w_pass(std::true_type{});
+        if constexpr (PART == WyPart::partial_w) {  // W_s, its column j scaled by 2^-e_j, and e_j
             float* out = sw.part + (item * splits + split) * (WMAX * NT);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
@@ -340,18 +363,19 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
                         const int i = 32 * wm + 16 * mt + g + (r & 2 ? 8 : 0), j = wj + 8 * nt + 2 * q + (r & 1);
                         out[j * WMAX + i] = big[mt][nt][r] + small[mt][nt][r];
                     }
-            if (tid == 0) sw.scale[item * splits + split] = e;
+            if (tid < NT) sw.scale[(item * splits + split) * NT + tid] = !col_scaled && wbits == 0u ? SCALE_ZERO : e;
             return;
         }
         put_w(1.f);
-    } else {  // W' and its scale from wy_reduce_kernel
+    } else {  // W' and its per-column scales from wy_reduce_kernel
         const float* wq = sw.wq + item * (WMAX * NT);
         for (int idx = tid; idx < WMAX * NT; idx += UPDATE_THREADS) Ws[(idx / WMAX) * LDW + idx % WMAX] = wq[idx];
-        const int e = sw.e_of[item];
-        scaled = e != 0;
-        cs1 = exp2f((float)(e / 2));
-        cs2 = exp2f((float)(e - e / 2));
-        __syncthreads();
+        int e = 0;
+        if (tid < NT) {
+            e = sw.e_of[item * NT + tid];
+            uc1[tid] = ldexpf(1.f, e / 2), uc2[tid] = ldexpf(1.f, e - e / 2);
+        }
+        scaled = __syncthreads_or(e != 0);
     }
     if constexpr (PART == WyPart::whole) {
         for (int idx = tid; idx < WMAX * WMAX; idx += UPDATE_THREADS) {
@@ -361,7 +385,12 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
         __syncthreads();
 
         // W = -T^T W, negated so that the last product adds: A = T^T (row i is T's column), B = W, both contiguous in k
-        clear_w();
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < S::NT1; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
         tf32x3_warp_tile<2, S::NT1, WMAX / 8>(
             big, small,
             [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
@@ -379,8 +408,12 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
     for (int ks = 0; ks < WMAX / 8; ++ks) wt[ks] = tf32x3_a_ldsm(Ws + j3 * LDW + 8 * ks, LDW, lane);
     const int jc[2] = {j3 + g, j3 + g + 8};  // this lane's columns of C, each with rows i3 + 8 n + 2q, + 1
     float* ccol[2];
+    float u1s[2], u2s[2];  // the update's scale for this lane's columns
 #pragma unroll
-    for (int h = 0; h < 2; ++h) ccol[h] = c + (int64_t)(jc[h] < ncs ? jc[h] : 0) * ldc;
+    for (int h = 0; h < 2; ++h) {
+        ccol[h] = c + (int64_t)(jc[h] < ncs ? jc[h] : 0) * ldc;
+        u1s[h] = uc1[jc[h]], u2s[h] = uc2[jc[h]];
+    }
     stream_chunks([&](int ch, const float* Vc, const float* Cc) {
         float up[1][S::NI3][4] = {}, upsmall[1][S::NI3][4] = {};
         tf32x3_warp_tile<1, S::NI3, WMAX / 8>(
@@ -392,8 +425,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
             const float u0 = up[0][n][2 * h] + upsmall[0][n][2 * h];
             const float u1 = up[0][n][2 * h + 1] + upsmall[0][n][2 * h + 1];
             if (!scaled) return make_float2(old.x + u0, old.y + u1);
-            if constexpr (PART == WyPart::apply) return make_float2(old.x + u0 * cs1 * cs2, old.y + u1 * cs1 * cs2);
-            return make_float2((old.x * cs1 * cs2 + u0) / cs1 / cs2, (old.y * cs1 * cs2 + u1) / cs1 / cs2);
+            return make_float2(old.x + u0 * u1s[h] * u2s[h], old.y + u1 * u1s[h] * u2s[h]);
         };
         if (VEC && (ch + 1) * KC <= mr && ncs == NT) {  // all of the chunk: no predicates
 #pragma unroll
@@ -424,26 +456,32 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
     });
 }
 
-// W' = -T^T sum_s 2^e_s W_s for one (matrix, strip) per block, in FP32, stored as 2^-E W' with E chosen so that the
-// sum's largest entry is in [1, 2): the apply step's tensor cores then see entries near 1 (never subnormal products).
-// The partials are summed at the largest scale among them, each thread's entries loaded together for every split.
+// W' = -T^T sum_s W_s for one (matrix, strip) per block, in FP32, column by column: column j of each partial is
+// 2^-e_sj times the true one; the sum is taken at the largest e_sj of the column and then normalised so that its
+// largest entry is in [1, 2), stored with its exponent E_j: the apply step's tensor cores see entries near 1 (never
+// subnormal products), and a large column never pushes a small one out of range.
 template <int WMAX, int NT>
 __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
                                                                    int64_t ldt, int64_t t_bs, WySplitWork sw) {
-    constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread
-    __shared__ float Ss[NT][WMAX + 1];               // the sum: (k, j) at [j][k]
-    __shared__ float Tt[WMAX][WMAX + 1];             // T(r, k) at [k][r]
-    __shared__ int shift[MAX_SPLITS];
-    __shared__ float max_of[REDUCE_THREADS / 32];
+    constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread, tid + REDUCE_THREADS i
+    static_assert(REDUCE_THREADS % WMAX == 0, "a warp's entries lie in one column");
+    __shared__ float Ss[NT][WMAX + 1];    // the sum: (k, j) at [j][k]
+    __shared__ float Tt[WMAX][WMAX + 1];  // T(r, k) at [k][r]
+    __shared__ int e0[NT];
+    __shared__ unsigned colmax_bits[NT];
     const int64_t item = blockIdx.x;
     const int tid = threadIdx.x;
     t += (item / strips) * t_bs;
     const float* part = sw.part + item * splits * (WMAX * NT);
-    const int* scale = sw.scale + item * splits;
+    const int* scale = sw.scale + item * splits * NT;
 
-    int e0 = INT_MIN;
-    for (int s = 0; s < splits; ++s) e0 = max(e0, scale[s]);
-    for (int s = tid; s < splits; s += REDUCE_THREADS) shift[s] = scale[s] - e0;
+    for (int j = tid; j < NT; j += REDUCE_THREADS) {
+        int e = INT_MIN;
+        for (int s = 0; s < splits; ++s)
+            if (scale[s * NT + j] != SCALE_ZERO) e = max(e, scale[s * NT + j]);
+        e0[j] = e == INT_MIN ? 0 : e;
+        colmax_bits[j] = 0u;
+    }
     for (int idx = tid; idx < WMAX * WMAX; idx += REDUCE_THREADS) {
         const int r = idx % WMAX, k = idx / WMAX;
         Tt[k][r] = r < w && k < w ? t[r + k * ldt] : 0.f;
@@ -455,22 +493,26 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
         float x[PER];
 #pragma unroll
         for (int i = 0; i < PER; ++i) x[i] = ps[REDUCE_THREADS * i];
-        const int sh = shift[s];
 #pragma unroll
-        for (int i = 0; i < PER; ++i) sum[i] += sh == 0 ? x[i] : ldexpf(x[i], sh);
+        for (int i = 0; i < PER; ++i) {
+            const int j = (tid + REDUCE_THREADS * i) / WMAX, e = scale[s * NT + j];
+            sum[i] += e == SCALE_ZERO || e == e0[j] ? x[i] : ldexpf(x[i], e - e0[j]);
+        }
     }
-    float m = 0.f;  // the largest entry, or NaN / Inf (then no scaling)
 #pragma unroll
-    for (int i = 0; i < PER; ++i) m = isfinite(sum[i]) && isfinite(m) ? fmaxf(m, fabsf(sum[i])) : INFINITY;
-    m = warp_max_of(m);
-    if ((tid & 31) == 0) max_of[tid >> 5] = m;
+    for (int i = 0; i < PER; ++i) {  // each column's largest entry (NaN above Inf)
+        unsigned m = __float_as_uint(sum[i]) & 0x7fffffffu;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if ((tid & 31) == 0) atomicMax(&colmax_bits[(tid + REDUCE_THREADS * i) / WMAX], m);
+    }
     __syncthreads();
-    for (int i = 0; i < REDUCE_THREADS / 32; ++i) m = fmaxf(m, max_of[i]);
-    const int up = isfinite(m) && m > 0.f ? -ilogbf(m) : 0;  // sum 2^up in [1, 2)
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
-        const int idx = tid + REDUCE_THREADS * i;
-        Ss[idx / WMAX][idx % WMAX] = up == 0 ? sum[i] : ldexpf(sum[i], up);
+        const int idx = tid + REDUCE_THREADS * i, j = idx / WMAX;
+        const float m = __uint_as_float(colmax_bits[j]);
+        const int up = isfinite(m) && m > 0.f ? -ilogbf(m) : 0;  // the column times 2^up has its largest in [1, 2)
+        Ss[j][idx % WMAX] = up == 0 ? sum[i] : ldexpf(sum[i], up);
     }
     __syncthreads();
     float* wq = sw.wq + item * (WMAX * NT);
@@ -480,7 +522,10 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
         for (int r = 0; r <= k; ++r) acc = fmaf(Tt[k][r], Ss[j][r], acc);  // T upper triangular
         wq[idx] = -acc;
     }
-    if (tid == 0) sw.e_of[item] = e0 - up;
+    for (int j = tid; j < NT; j += REDUCE_THREADS) {
+        const float m = __uint_as_float(colmax_bits[j]);
+        sw.e_of[item * NT + j] = e0[j] - (isfinite(m) && m > 0.f ? -ilogbf(m) : 0);
+    }
 }
 
 // One update's geometry (see qr2_update_args), for a block of w <= UPDATE_W reflectors.
@@ -545,8 +590,8 @@ int split_update(const WyArgs& a, int splits, const WySplitWork& sw, void* strea
 WySplitWork split_work(float* base, int64_t parts, int wmax, const qr2_device* dev) {
     WySplitWork sw;
     sw.scale = reinterpret_cast<int*>(base);
-    sw.e_of = sw.scale + 6 * (int64_t)dev->sms;
-    sw.part = reinterpret_cast<float*>(sw.e_of + 2 * (int64_t)dev->sms);
+    sw.e_of = sw.scale + 6 * (int64_t)dev->sms * 64;
+    sw.part = reinterpret_cast<float*>(sw.e_of + 2 * (int64_t)dev->sms * 64);
     sw.wq = sw.part + parts * wmax * 64;
     return sw;
 }
@@ -574,7 +619,7 @@ int64_t split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_devic
     if (batch >= 2 * sms || splits < 2 || n <= 0) return 0;
     const int64_t items = batch * ((n + 63) / 64) < 2 * sms ? batch * ((n + 63) / 64) : 2 * sms;
     const int64_t parts = items * splits < 6 * sms ? items * splits : 6 * sms;
-    return 8 * sms + (parts + items) * (w <= 32 ? 32 : 64) * 64;
+    return 8 * sms * 64 + (parts + items) * (w <= 32 ? 32 : 64) * 64;
 }
 
 }  // namespace
