@@ -146,8 +146,8 @@ struct WyUpdateShape {
 
 // What one launch of wy_update_kernel does. whole: all of the update for a block's strip. Where strips alone leave
 // SMs idle (a few large matrices), the rows are split over blocks in three launches: partial_w (W_s = V_s^T C_s over
-// a block's rows, stored with its power-of-two scale), wy_reduce_kernel (W' = -T^T sum_s W_s, normalised by a power
-// of two 2^-E), apply (C_s += 2^E V_s W' over a block's rows).
+// a block's rows, stored with a power-of-two scale per column), wy_reduce_kernel (W' = -T^T sum_s W_s, each column
+// normalised by a power of two 2^-E_j), apply (C_s += V_s W' 2^E over a block's rows).
 enum class WyPart { whole, partial_w, apply };
 
 // Where the split update keeps its partial W's, their scales, W' and its scales: for item (matrix, strip) =
@@ -331,12 +331,13 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
         unsigned wbits = 0u;  // this thread's column's largest |W| (tid < NT), for the partial's zero test
         if (tid < NT) wbits = colmax_bits[tid];
         if (__syncthreads_or(tid < ncs && outside(wbits))) {
-            for (int j = warp; j < ncs; j += UPDATE_THREADS / 32) {  // a warp per column of C
+            for (int j = warp; j < ncs; j += UPDATE_THREADS / 32) {  // a warp per flagged column of C
+                if (!outside(colmax_bits[j])) continue;
                 unsigned m = 0u;
                 for (int r = lane; r < mr; r += 32) m = max(m, __float_as_uint(c[r + (int64_t)j * ldc]) & 0x7fffffffu);
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-                if (lane == 0) colmax_bits[j] = outside(colmax_bits[j]) ? m : 0x3f800000u;  // 1.0: in range
+                if (lane == 0) colmax_bits[j] = m;  // after the shuffles: every lane has read the flag
             }
             __syncthreads();
         }
@@ -425,7 +426,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
             const float u0 = up[0][n][2 * h] + upsmall[0][n][2 * h];
             const float u1 = up[0][n][2 * h + 1] + upsmall[0][n][2 * h + 1];
             if (!scaled) return make_float2(old.x + u0, old.y + u1);
-            return make_float2(old.x + u0 * u1s[h] * u2s[h], old.y + u1 * u1s[h] * u2s[h]);
+            // one rounding: (u 2^(e/2)) 2^(e - e/2) alone may overflow where the sum does not
+            return make_float2(fmaf(u0 * u1s[h], u2s[h], old.x), fmaf(u1 * u1s[h], u2s[h], old.y));
         };
         if (VEC && (ch + 1) * KC <= mr && ncs == NT) {  // all of the chunk: no predicates
 #pragma unroll
@@ -611,9 +613,10 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
     return launch_wy_update<64, 64, WyPart::whole>(a, a.mr, sw, stream);
 }
 
-// The split update's workspace, after the batch's per-matrix regions: the scale exponents (at most 6 SMs partials,
-// 2 SMs (matrix, strip) items: items < 2 SMs whenever rows are split, and items x splits < 4 SMs + items), then the
-// partial W's and each item's W', WMAX x 64 each. Sized for an m x n problem with outer panels of w columns.
+// The split update's workspace, after the batch's per-matrix regions: the scale exponents, one per column of 64 (at most
+// 6 SMs partials, 2 SMs (matrix, strip) items: items < 2 SMs whenever rows are split, and items x splits < 4 SMs +
+// items), then the partial W's and each item's W', WMAX x 64 each. Sized for an m x n problem with outer panels of w
+// columns.
 int64_t split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
     const int64_t sms = dev->sms, splits = m / SPLIT_MIN_ROWS < MAX_SPLITS ? m / SPLIT_MIN_ROWS : MAX_SPLITS;
     if (batch >= 2 * sms || splits < 2 || n <= 0) return 0;
