@@ -34,7 +34,7 @@ int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) 
     const int w = outer_panel_width(c, p);
     return tall_panel_floats(p) +
            p->batch * ((int64_t)p->m * w + QR2_PANEL_MAX_W * QR2_PANEL_MAX_W + qr2_update_work_floats(w, p->n)) +
-           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev);
+           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0);
 }
 
 typedef struct schedule {
@@ -48,6 +48,7 @@ typedef struct schedule {
     float* wy;    /* the update's scratch */
     int64_t wy_bs;
     void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
+    int* done;    /* CholeskyQR panels: per matrix, whether the last one factored it (NULL: not this configuration) */
 } schedule;
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
@@ -82,13 +83,18 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int* t_ready) 
     const int kmin = p->m < p->n ? p->m : p->n;
     *t_ready = 0;
     if (w <= s->config->leaf_nb) {
-        const qr2_panel_job job = {
+        qr2_panel_job job = {
             .batch = p->batch, .m = mr, .w = w,
             .h = p->h + (int64_t)k0 * p->m + k0, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
             .tau = p->tau + k0, .tau_bs = kmin,
             .v = s->v + (int64_t)jo * ldv_of(s), .ldv = ldv_of(s), .v_bs = s->v_bs, .v_row0 = jo,
             .t = s->t, .t_bs = (int64_t)w * w,
         };
+        if (s->done && qr2_panel_cholqr_holds(mr, w, p->dev)) {
+            /* the matrices it leaves (done[b] == 0) take the Householder kind below */
+            if (qr2_panel_cholqr_run(&job, s->done, p->dev, p->stream)) return 1;
+            job.done = s->done;
+        }
         if (qr2_panel_registers_holds(mr, w, p->dev)) {
             *t_ready = 1;
             return qr2_panel_registers_run(&job, 0, p->dev, p->stream);
@@ -119,6 +125,7 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     s.t = s.v + p->batch * s.v_bs;
     s.wy = s.t + p->batch * QR2_PANEL_MAX_W * QR2_PANEL_MAX_W;
     s.wy_bs = qr2_update_work_floats(width, p->n);
+    if (c->cholqr) s.done = (int*)(s.wy + p->batch * s.wy_bs + qr2_update_split_floats(p->m, p->n, width, p->batch, p->dev));
     const int kmin = p->m < p->n ? p->m : p->n;
     for (int k = 0; k < kmin; k += c->nb) {
         const int w = (int)min64(c->nb, kmin - k);

@@ -50,6 +50,11 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
     RULE(qr2_registers, n <= 96);
     /* Tall matrices of n <= 8: one block's shared memory. */
     RULE(qr2_shared_memory, n <= 8);
+    /* Panels taller than the register panel holds and at most a quarter wave of matrices: CholeskyQR panels over
+     * clusters of up to 16 blocks, whose critical path does not grow with the reflector count (n 640-2048 at batch
+     * 2-32: 0.69-0.97x the time of the better Householder configuration; from 48 matrices a wave of register or
+     * cluster panels is as fast or faster). */
+    RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch <= wave / 4);
     /* n >= 512 with at least 400 000 matrix entries per SM (52 million on an H200): 64-column outer panels halve the
      * passes of the trailing update where there is enough of it to fill the SMs (60 x 1024 5.85 against 6.02 ms,
      * 40 x 1536 1.07x, 100 x 768 1.01x; 100 x 512, 60 x 768, 40 x 1024 and every batch <= 20 slower). */

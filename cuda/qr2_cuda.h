@@ -107,7 +107,15 @@ typedef struct qr2_panel_job {
     int v_row0;
     float* t; /* unused by panel kinds that build no T */
     int64_t t_bs;
+    const int* done; /* Householder kinds: matrix b is skipped where done[b] != 0 (the CholeskyQR panel factored it);
+                        NULL: none is */
 } qr2_panel_job;
+
+/* cholqr: CholeskyQR2 in FP64 with Householder reconstruction, a cluster of up to 16 blocks per panel (m <= 4096,
+ * w == 32, m >= 64); builds T. done[b] (one int per matrix) says whether matrix b passed its guard and was written;
+ * a matrix that did not is left untouched for a Householder kind (run it next with job.done = done). */
+int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev);
+int qr2_panel_cholqr_run(const qr2_panel_job* job, int* done, const qr2_device* dev, void* stream);
 
 /* registers: the register kernel of the `registers` family in panel mode, one block or a 2-block cluster per panel;
  * builds T. m <= QR2_PANEL_REGISTERS_MAX_M (taller panels measured no faster than the cluster panel's: 24 and 32

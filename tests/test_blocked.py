@@ -14,7 +14,7 @@ from whole_matrix import check
 
 pytestmark = requires_cuda
 
-ROUTES = ["blocked_nb32", "blocked_nb64"]
+ROUTES = ["blocked_nb32", "blocked_nb64", "blocked_cholqr_nb32"]
 
 
 @pytest.fixture(params=ROUTES)
@@ -94,3 +94,22 @@ def test_tall_panel_nan_stays_in_its_matrix(route):
     H, tau = whole_matrix.factor(A)
     keep = [0, 2]
     check(A[keep].contiguous(), (H[keep].contiguous(), tau[keep].contiguous()))
+
+
+@pytest.mark.parametrize("route", ["blocked_cholqr_nb32"], indirect=True)
+def test_cholqr_guard_decides_for_each_matrix(route):
+    """Matrices whose CholeskyQR panel fails its guard (a zero column, two equal columns, a NaN) take the Householder
+    panel; the others of the batch come out bit for bit as they do in a batch where every matrix passes."""
+    A = torch.randn(6, 600, 600, device="cuda")
+    A[1, :, 5] = 0.0
+    A[3, :, 41] = A[3, :, 40]
+    A[4, 300, 100] = float("nan")
+    H, tau = whole_matrix.factor(A)
+    good = [0, 1, 2, 3, 5]
+    check(A[good].contiguous(), (H[good].contiguous(), tau[good].contiguous()))
+    assert torch.all(tau[1, 5] == 0)
+    B = A.clone()
+    B[[1, 3, 4]] = torch.randn(3, 600, 600, device="cuda")
+    HB, tauB = whole_matrix.factor(B)
+    for b in (0, 2, 5):
+        assert torch.equal(H[b], HB[b]) and torch.equal(tau[b], tauB[b])

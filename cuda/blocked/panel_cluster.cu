@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cluster_kernel(qr2_panel_job
     const int mc = (m + C - 1) / C;
     const int row0 = q * mc, row_end = min(m, row0 + mc);
     float* panel = a.h + b * a.h_bs;
+    if (a.done && a.done[b]) return;  // the CholeskyQR panel factored it; every block of the cluster returns
 
     float p[RPT][W];
     float amax = 0.f;

@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
     __shared__ double scalars[2];  // scal and beta of reflector j - 1
     const int64_t b = blockIdx.x / a.blocks;
     const int k = (int)(blockIdx.x % a.blocks), t = threadIdx.x, lane = t & 31, wid = t >> 5;
+    if (a.p.done && a.p.done[b]) return;  // the CholeskyQR panel factored it
     const int m = a.p.m, w = a.p.w, kk = min(m, w), j = a.j;
     float* P = a.p.h + b * a.p.h_bs;
     const int64_t ld = a.p.ldh;

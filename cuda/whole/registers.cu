@@ -93,6 +93,7 @@ struct Job {
     int v_row0;
     float* t;  // panels (n <= T_MAX): T, column-major, ld n
     int64_t t_bs;
+    const int* done;  // panels: matrices already factored (qr2_panel_job.done), or NULL
 };
 
 // Reflector r is zero above row r, so it is kept from its register group r / 32 down: 32 (RL - r / 32)
@@ -378,6 +379,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), 1) registers
     const int G = CL * nwarps;     // warps per matrix
     const int g = q * nwarps + warp;  // this warp holds columns g + G c, c < C
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
+    if (PANEL && a.done && a.done[mat]) return;  // every block of the cluster returns: none waits on another
     if (PANEL)  // G's entries that no reflector writes (columns past K) must be finite
         for (int i = t; i < T_MAX * (T_MAX + 1); i += blockDim.x) (&gs[0][0])[i] = 0.f;
 
@@ -645,5 +647,6 @@ extern "C" int qr2_panel_registers_run(const qr2_panel_job* p, void* work, const
     a.tau = p->tau, a.tau_bs = p->tau_bs;
     a.v = p->v, a.ldv = p->ldv, a.v_bs = p->v_bs, a.v_row0 = p->v_row0;
     a.t = p->t, a.t_bs = p->t_bs;
+    a.done = p->done;
     return run<true>(a, RL, panel_cluster(RL, p->m, p->w, p->batch, dev), dev, stream);
 }

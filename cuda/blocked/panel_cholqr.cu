@@ -1,0 +1,436 @@
+// panel_cholqr.cu - the blocked route's CholeskyQR panel: a 32-column panel factored by CholeskyQR2 in FP64 and
+// turned back into LAPACK's Householder form (H, tau) plus the explicit V and T the update needs, with a guard that
+// leaves each matrix it cannot vouch for to the Householder panel kinds.
+//
+// Why: a Householder panel is a chain of 32 reflectors, each waiting on a reduction over the panel's rows; this one
+// is four block-wide products and a few 32 x 32 steps, so its critical path does not grow with the reflector count.
+//
+// A cluster of C blocks holds the panel's m rows (at most ROWS a block) in shared memory as FP64, and per matrix:
+//   1. G1 = P^T P (FP64 tensor cores, DMMA; the blocks' partials summed over distributed shared memory in rank
+//      order, so every block gets the same bits), normalised by its diagonal D, Cholesky R~ (R1 = R~ D);
+//   2. Y = P R1^-1, G2 = Y^T Y, Cholesky R2: CholeskyQR2, whose Q = Y R2^-1 is orthogonal to FP64 rounding while
+//      G2 stays near I. The guard: every pivot positive and finite and |G2 - I| <= GUARD_G2 entrywise; a matrix that
+//      fails (rank-deficient or badly conditioned panel, zero column, NaN or Inf) is written nothing and flagged for
+//      the Householder kind that runs next;
+//   3. R = R2 R1. Householder reconstruction (LAPACK sorhr_col): Q's top 32 x 32 block minus S = diag(-sign) is
+//      factored L U without pivoting (S chosen during elimination so no pivot has magnitude below 1); then the
+//      reflectors are V = [L; Q_bottom U^-1], tau_j = -S_j U_jj (in [1, 2]), T = -U S L^-T, and R's rows take S.
+// Bottom rows are written as Y (R2^-1 U^-1): one more product per row. Everything between the products is 32 x 32
+// work in warp registers, FP64 throughout: CholeskyQR's loss of orthogonality (FP64 rounding times the panel's
+// condition squared) stays far below FP32's for any panel the guard passes.
+#include <cooperative_groups.h>
+
+#include "launch.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int W = QR2_PANEL_MAX_W;  // the panel's width: exactly 32 columns
+constexpr int THREADS = 256;
+constexpr int NWARPS = THREADS / 32;
+constexpr int LD = 36;               // FP64 row stride: the DMMA fragments' 16 lanes hit 16 distinct 8-byte banks
+constexpr int MAX_CLUSTER = 16;      // non-portable cluster size
+constexpr double GUARD_G2 = 0.25;    // |G2 - I| entrywise: how far from orthogonal the first pass's Q may be
+constexpr double EXACT_G2 = 1e-10;   // |G2 - I| below this: R2 = I to far better than FP32, the second pass is skipped
+constexpr unsigned FULL = 0xffffffffu;
+
+struct Small {             // 32 x 32 FP64 matrices, row-major, ld LD
+    double g[W * LD];      // G1 summed, then R~ (upper)
+    double r1inv[W * LD];  // R1^-1 = D^-1 R~^-1: the B operand of Y = P R1^-1
+    double g2[W * LD];     // block 0: G2 summed, then R2 (upper)
+    double r2inv[W * LD];  // block 0: R2^-1
+    double z[W * LD];      // block 0: Q's top block, then its L U (U on and above the diagonal)
+    double n[W * LD];      // N = R2^-1 U^-1 (block 0's, copied by every block of the cluster)
+    double part[2][W * W];  // this block's partial G1 (read by every block) and G2 (read by block 0); then block 0's
+                            // scratch x (U^-1, R2 R~, L^-1), once no block reads them
+    double d[W];           // D: G1's diagonal, square-rooted
+    double s[W];           // S: the reconstruction's signs
+    double inv[W];         // the reciprocals of a triangular factor's diagonal
+    int ok, second_pass;   // block 0: the guard's verdict, read by every block; whether R2 != I
+    unsigned below;        // bit c: column c has a non-zero entry below the diagonal in this block's rows
+};
+
+__device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                 : "+d"(c[0]), "+d"(c[1])
+                 : "d"(a), "d"(b));
+}
+
+// part = X^T X over X's first `rows` rows (a multiple of 4; the rows past the block's last are zero): warp w
+// computes tiles (w / 2, 2 (w % 2) + {0, 1}) of the 4 x 4 tiles of 8 x 8.
+__device__ void gram(const double* X, int rows, double* part, int warp, int lane) {
+    const int a = warp >> 1, b0 = 2 * (warp & 1);
+    double c[2][2] = {};
+    const int kr = lane & 3, col = lane >> 2;
+    for (int k0 = 0; k0 < rows; k0 += 4) {
+        const double* row = X + (k0 + kr) * LD + col;
+        const double fa = row[8 * a];
+        dmma(c[0], fa, row[8 * b0]);
+        dmma(c[1], fa, row[8 * (b0 + 1)]);
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        double* out = part + (8 * a + col) * W + 8 * (b0 + e) + 2 * kr;
+        out[0] = c[e][0];
+        out[1] = c[e][1];
+    }
+}
+
+// out[0, rows) = X[0, rows) B (rows a multiple of 8; out may be X: a warp reads a tile's rows before writing them).
+__device__ void times(const double* X, int rows, const double* B, double* out, int warp, int lane) {
+    const int kr = lane & 3, r = lane >> 2;
+    for (int t0 = 8 * warp; t0 < rows; t0 += 8 * NWARPS) {
+        double c[4][2] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < W; k0 += 4) {
+            const double a = X[(t0 + r) * LD + k0 + kr];
+#pragma unroll
+            for (int cb = 0; cb < 4; ++cb) dmma(c[cb], a, B[(k0 + kr) * LD + 8 * cb + r]);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb) {
+            double* o = out + (t0 + r) * LD + 8 * cb + 2 * kr;
+            o[0] = c[cb][0];
+            o[1] = c[cb][1];
+        }
+    }
+}
+
+// The sum over the cluster's blocks of their part[which], each entry summed by one block (a slice of 1024 / C
+// entries each, the C loads in flight together, added in rank order) and stored into matrix `dst` (ld LD) of every
+// block (all) or of block 0. A cluster.sync must follow before dst is read.
+__device__ void cluster_sum(cg::cluster_group& cluster, Small& sm, int which, double* dst, bool all, int t, int C,
+                            int q) {
+    const int slice = W * W / C;
+    for (int e = t; e < slice; e += THREADS) {
+        const int entry = q * slice + e;
+        double v[MAX_CLUSTER];
+#pragma unroll
+        for (int r = 0; r < MAX_CLUSTER; ++r)
+            v[r] = r < C ? cluster.map_shared_rank(sm.part[which], r)[entry] : 0.0;
+        double sum = 0.0;
+#pragma unroll
+        for (int r = 0; r < MAX_CLUSTER; ++r) sum += v[r];
+        const int at = (entry / W) * LD + entry % W;
+        if (all) {
+            for (int r = 0; r < C; ++r) cluster.map_shared_rank(dst, r)[at] = sum;
+        } else {
+            cluster.map_shared_rank(dst, 0)[at] = sum;
+        }
+    }
+}
+
+// The 32 x 32 steps below are one warp each, a lane's row or column in 32 registers, in a rolled loop over the steps
+// whose registers rotate (the active entry always in register 0), so that every index is known at compile time:
+// unrolled, each routine would be thousands of instructions run once per block, paced by instruction fetch.
+// Rows of the other operand come from shared memory as broadcasts.
+
+// One warp: the upper Cholesky factor R of the symmetric 32 x 32 matrix in `a`, written over it (zeros below the
+// diagonal); lane j holds column j. With `normalise`, of a divided by its diagonal's square roots (kept in d) on both
+// sides. Returns whether every pivot was positive and finite (the same on every lane).
+__device__ bool warp_cholesky(double* a, bool normalise, double* d, double* inv, int lane) {
+    double c[W];
+#pragma unroll
+    for (int s = 0; s < W; ++s) c[s] = a[s * LD + lane];
+    bool ok = true;
+    if (normalise) {
+        const double dj = sqrt(a[lane * LD + lane]);
+        ok = dj > 0.0 && dj < INFINITY;
+        d[lane] = dj;
+        inv[lane] = 1.0 / dj;
+        __syncwarp();
+        const double rj = inv[lane];
+#pragma unroll
+        for (int s = 0; s < W; ++s) c[s] *= rj * inv[s];
+    }
+#pragma unroll 1
+    for (int k = 0; k < W; ++k) {  // c[s] holds row k + s
+        const double piv = __shfl_sync(FULL, c[0], k);
+        ok = ok && piv > 0.0 && piv < INFINITY;
+        const double r = lane >= k ? c[0] * rsqrt(piv) : 0.0;
+        a[k * LD + lane] = r;  // R[k][lane]
+        __syncwarp();
+        const double* rk = a + k * LD + k;
+#pragma unroll
+        for (int s = 1; s < W; ++s) c[s - 1] = c[s] - (k + s < W ? rk[s] : 0.0) * r;
+        c[W - 1] = 0.0;
+    }
+    __syncwarp();
+    return __all_sync(FULL, ok);
+}
+
+// One warp: out = the inverse of the upper triangular u (row-major X, lane i computing row i: x_j finished in
+// increasing j, the rest updated in axpy form); inv: scratch for the diagonal's reciprocals. out may not be u.
+__device__ void warp_upper_inverse(const double* u, double* out, double* inv, int lane) {
+    inv[lane] = 1.0 / u[lane * LD + lane];
+    __syncwarp();
+    double acc[W];  // acc[s]: column j + s of row `lane`
+#pragma unroll
+    for (int s = 0; s < W; ++s) acc[s] = s == lane ? 1.0 : 0.0;
+#pragma unroll 1
+    for (int j = 0; j < W; ++j) {
+        const double xj = acc[0] * inv[j];
+        out[lane * LD + j] = xj;
+        const double* uj = u + j * LD + j;
+#pragma unroll
+        for (int s = 1; s < W; ++s) acc[s - 1] = acc[s] - xj * (j + s < W ? uj[s] : 0.0);
+        acc[W - 1] = 0.0;
+    }
+    __syncwarp();
+}
+
+// One warp: out = the inverse of the unit lower triangular part of lu (strictly below the diagonal), row-major, lane i
+// computing row i with y_j finished in decreasing j.
+__device__ void warp_unit_lower_inverse(const double* lu, double* out, int lane) {
+    double acc[W];  // acc[s]: column j - s of row `lane`
+#pragma unroll
+    for (int s = 0; s < W; ++s) acc[s] = W - 1 - s == lane ? 1.0 : 0.0;
+#pragma unroll 1
+    for (int j = W - 1; j >= 0; --j) {
+        const double yj = acc[0];
+        out[lane * LD + j] = yj;
+        const double* lj = lu + j * LD + j;
+#pragma unroll
+        for (int s = 1; s < W; ++s) acc[s - 1] = acc[s] - yj * (j - s >= 0 ? lj[-s] : 0.0);
+        acc[W - 1] = 0.0;
+    }
+    __syncwarp();
+}
+
+// One warp: z - diag(s) = L U without pivoting, s_k = -sign of the k-th pivot (so |U_kk| >= 1); in place, lane j
+// holding column j.
+__device__ void warp_signed_lu(double* z, double* s, int lane) {
+    double c[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) c[i] = z[i * LD + lane];
+#pragma unroll 1
+    for (int k = 0; k < W; ++k) {  // c[i] holds row k + i
+        const double p = __shfl_sync(FULL, c[0], k);
+        const double sk = p >= 0.0 ? -1.0 : 1.0;
+        const double ukk = p - sk;
+        if (lane == k) {  // column k below the diagonal becomes L's
+            const double r = 1.0 / ukk;
+            c[0] = ukk;
+            s[k] = sk;
+#pragma unroll
+            for (int i = 1; i < W; ++i)
+                if (k + i < W) z[(k + i) * LD + k] = c[i] * r;
+        }
+        if (lane >= k) z[k * LD + lane] = c[0];  // U's row k
+        __syncwarp();
+        const double ukj = c[0];
+#pragma unroll
+        for (int i = 1; i < W; ++i) {
+            const double lik = k + i < W ? z[(k + i) * LD + k] : 0.0;
+            c[i - 1] = lane > k ? c[i] - lik * ukj : c[i];
+        }
+        c[W - 1] = 0.0;
+    }
+    __syncwarp();
+}
+
+template <int ROWS>
+__global__ void __launch_bounds__(THREADS, ROWS <= 128 ? 2 : 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
+    Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * ROWS * LD);
+    double* x = sm.part[0];  // block 0's scratch, once the partial Gram matrices are summed
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = (int)cluster.num_blocks(), q = (int)cluster.block_rank();
+    const int64_t b = blockIdx.x / C;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int m = a.m;
+    const int mc = (m + C - 1) / C;
+    const int row0 = q * mc, rows = max(0, min(m, row0 + mc) - row0);
+    const int rows8 = (rows + 7) & ~7;
+    float* panel = a.h + b * a.h_bs;
+
+    if (t == 0) sm.below = 0u;
+    __syncthreads();
+    // the block's rows into shared memory, zeros to the next multiple of 8 (every load issued before the stores)
+    {
+        unsigned below = 0u;
+        float in[W / NWARPS][ROWS / 32];
+#pragma unroll
+        for (int u = 0; u < W / NWARPS; ++u)
+#pragma unroll
+            for (int k = 0; k < ROWS / 32; ++k) {
+                const int c = warp + NWARPS * u, i = lane + 32 * k;
+                in[u][k] = i < rows ? panel[(int64_t)c * a.ldh + row0 + i] : 0.f;
+            }
+#pragma unroll
+        for (int u = 0; u < W / NWARPS; ++u)
+#pragma unroll
+            for (int k = 0; k < ROWS / 32; ++k) {
+                const int c = warp + NWARPS * u, i = lane + 32 * k;
+                if (i < rows8) X[i * LD + c] = (double)in[u][k];
+                if (in[u][k] != 0.f && row0 + i > c) below |= 1u << c;  // NaN counts as non-zero
+            }
+        below = __reduce_or_sync(FULL, below);
+        if (lane == 0 && below) atomicOr(&sm.below, below);
+    }
+    __syncthreads();
+
+    // 1. G1, summed over the cluster; R~ and D; R1^-1 = D^-1 R~^-1 (every block, the same bits)
+    gram(X, rows8, sm.part[0], warp, lane);
+    cluster.sync();
+    cluster_sum(cluster, sm, 0, sm.g, true, t, C, q);
+    cluster.sync();
+    __shared__ int ok1;
+    if (warp == 0) {
+        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, lane);
+        if (lane == 0) ok1 = ok;
+        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, lane);
+        const double rd = 1.0 / sm.d[lane];
+#pragma unroll
+        for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;  // row `lane` by 1 / d
+    }
+    __syncthreads();
+
+    // 2. Y = P R1^-1 and its Gram matrix, summed by block 0
+    times(X, rows8, sm.r1inv, X, warp, lane);
+    __syncthreads();
+    gram(X, rows8, sm.part[1], warp, lane);
+    cluster.sync();
+    cluster_sum(cluster, sm, 1, sm.g2, false, t, C, q);
+    cluster.sync();
+
+    // 3. block 0: the guard, R2 where the first pass left Q short of orthogonal, the reconstruction, N = R2^-1 U^-1
+    if (q == 0) {
+        __shared__ int near_identity, exact;
+        if (t == 0) near_identity = exact = 1;
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = (t + THREADS * u) / W, j = t % W;
+            const double dev = fabs(sm.g2[i * LD + j] - (i == j ? 1.0 : 0.0));
+            if (!(dev <= GUARD_G2)) near_identity = 0;
+            if (!(dev <= EXACT_G2)) exact = 0;
+        }
+        __syncthreads();
+        const bool second = !exact;
+        if (warp == 0) {
+            // a column already zero below its diagonal gets tau = 0 from LAPACK (H_c = I): a Householder panel's job
+            unsigned below = lane < C ? cluster.map_shared_rank(&sm, lane)->below : 0u;
+            below = __reduce_or_sync(FULL, below);
+            bool ok = ok1 && near_identity && below == 0xffffffffu;
+            if (second) {
+                ok = warp_cholesky(sm.g2, false, nullptr, sm.inv, lane) && ok;
+                warp_upper_inverse(sm.g2, sm.r2inv, sm.inv, lane);
+            }
+            if (lane == 0) sm.ok = ok, sm.second_pass = second;
+        }
+        __syncthreads();
+        if (sm.ok) {
+            if (second) {
+                times(X, 32, sm.r2inv, sm.z, warp, lane);  // Q's top block (warps 0-3)
+            } else {
+                for (int e = t; e < W * W; e += THREADS) sm.z[(e / W) * LD + e % W] = X[(e / W) * LD + e % W];
+            }
+            __syncthreads();
+            if (warp == 0) warp_signed_lu(sm.z, sm.s, lane);
+            __syncthreads();
+            if (warp == 0) warp_upper_inverse(sm.z, second ? x : sm.n, sm.inv, lane);  // reads U only
+            if (warp == 1) warp_unit_lower_inverse(sm.z, sm.r1inv, lane);  // L^-1 for T (R1^-1 is done with)
+            __syncthreads();
+            if (second) times(sm.r2inv, 32, x, sm.n, warp, lane);  // N = R2^-1 U^-1
+            __syncthreads();
+        }
+        // the verdict and N into every other block (stores, not their loads: one trip fewer)
+        const int verdict = sm.ok;
+        for (int r = 1; r < C; ++r) {
+            Small* other = cluster.map_shared_rank(&sm, r);
+            if (t == 0) other->ok = verdict;
+            if (verdict)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int at = ((t + THREADS * u) / W) * LD + t % W;
+                    other->n[at] = sm.n[at];
+                }
+        }
+    }
+    cluster.sync();  // the last access to another block's shared memory is behind this
+    const bool ok = sm.ok;
+    if (q == 0 && t == 0) done[b] = ok;
+    if (!ok) return;
+
+    // 4. V's rows = Y N, written to H (below the top block) and to V
+    times(X, rows8, sm.n, X, warp, lane);
+    __syncthreads();
+    float* v = a.v + b * a.v_bs;
+    const int first = q == 0 ? W : 0;  // block 0's top rows come from the reconstruction
+    for (int c = warp; c < W; c += NWARPS)
+        for (int i = first + lane; i < rows; i += 32) {
+            const float y = (float)X[i * LD + c];
+            panel[(int64_t)c * a.ldh + row0 + i] = y;
+            v[(int64_t)c * a.ldv + a.v_row0 + row0 + i] = y;
+        }
+    if (q != 0) return;
+
+    // block 0: R = R2 R~ D with S on its rows, L below it; V's top block; tau; T = -U S L^-T
+    const bool second = sm.second_pass;
+    if (second) times(sm.g2, 32, sm.g, x, warp, lane);  // R2 R~ (both upper)
+    __syncthreads();
+    const double* r = second ? x : sm.g;
+    for (int c = warp; c < W; c += NWARPS) {
+        const int i = lane;
+        const float h = i <= c ? (float)(sm.s[i] * r[i * LD + c] * sm.d[c]) : (float)sm.z[i * LD + c];
+        panel[(int64_t)c * a.ldh + i] = h;
+        v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : h);
+    }
+    for (int c = warp; c < W; c += NWARPS)
+        for (int i = lane; i < a.v_row0; i += 32) v[(int64_t)c * a.ldv + i] = 0.f;
+    float* T = a.t + b * a.t_bs;
+    for (int j = warp; j < W; j += NWARPS) {  // T column-major, ld W
+        const int i = lane;
+        double s = 0.0;
+        for (int k = i; k <= j; ++k) s -= sm.z[i * LD + k] * sm.s[k] * sm.r1inv[j * LD + k];
+        T[j * W + i] = i <= j ? (float)s : 0.f;
+        if (i == j) a.tau[b * a.tau_bs + j] = (float)s;
+    }
+}
+
+template <int ROWS>
+constexpr size_t smem_bytes() { return sizeof(double) * ROWS * LD + sizeof(Small); }
+
+// Rows a block holds: 128 (two blocks an SM) while a cluster of MAX_CLUSTER holds the panel, else 256.
+int rows_per_block(int64_t m) { return m <= 128 * MAX_CLUSTER ? 128 : 256; }
+
+// Blocks per matrix: the fewest that hold the rows, doubled while the batch leaves SMs idle and halves keep 64 rows.
+int plan(int64_t m, int64_t batch, int sms) {
+    const int rows = rows_per_block(m);
+    int c = 1;
+    while (c < MAX_CLUSTER && ((m + c - 1) / c > rows || (batch * c < sms && (m + 2 * c - 1) / (2 * c) >= 64))) c *= 2;
+    return (m + c - 1) / c <= rows ? c : 0;
+}
+
+template <int ROWS>
+int launch(const qr2_panel_job* a, int* done, int c, void* stream) {
+    if (c > 8)
+        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel<ROWS>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                       "panel_cholqr cluster size");
+    Qr2Launch how;
+    how.grid = dim3((unsigned)(a->batch * c));
+    how.block = dim3(THREADS);
+    how.smem = smem_bytes<ROWS>();
+    how.cluster = (unsigned)c;
+    return qr2_launch(panel_cholqr_kernel<ROWS>, how, stream, "panel_cholqr launch", *a, done);
+}
+
+}  // namespace
+
+extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
+    const int c = plan(m, 1, dev->sms);
+    const size_t smem = rows_per_block(m) == 128 ? smem_bytes<128>() : smem_bytes<256>();
+    return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem <= (size_t)dev->smem_optin;
+}
+
+extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2_device* dev, void* stream) {
+    if (a->batch <= 0) return 0;
+    if (!qr2_panel_cholqr_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr", "panel shape not held");
+    int c = plan(a->m, a->batch, dev->sms);
+    while ((a->m + c - 1) / c < W) c /= 2;  // block 0 holds the top 32 rows
+    return rows_per_block(a->m) == 128 ? launch<128>(a, done, c, stream) : launch<256>(a, done, c, stream);
+}
