@@ -3,21 +3,24 @@
 // leaves each matrix it cannot vouch for to the Householder panel kinds.
 //
 // Why: a Householder panel is a chain of 32 reflectors, each waiting on a reduction over the panel's rows; this one
-// is four block-wide products and a few 32 x 32 steps, so its critical path does not grow with the reflector count.
+// is a few block-wide products on FP64 tensor cores and a few 32 x 32 steps, spread over a cluster of up to 16
+// blocks, so one matrix's panel keeps many SMs busy and its critical path does not grow with the panel's height.
 //
 // A cluster of C blocks holds the panel's m rows (at most ROWS a block) in shared memory as FP64, and per matrix:
-//   1. G1 = P^T P (FP64 tensor cores, DMMA; the blocks' partials summed over distributed shared memory in rank
-//      order, so every block gets the same bits), normalised by its diagonal D, Cholesky R~ (R1 = R~ D);
-//   2. Y = P R1^-1, G2 = Y^T Y, Cholesky R2: CholeskyQR2, whose Q = Y R2^-1 is orthogonal to FP64 rounding while
-//      G2 stays near I. The guard: every pivot positive and finite and |G2 - I| <= GUARD_G2 entrywise; a matrix that
-//      fails (rank-deficient or badly conditioned panel, zero column, NaN or Inf) is written nothing and flagged for
-//      the Householder kind that runs next;
+//   1. G1 = P^T P (DMMA; each entry of the blocks' partials summed by one block in rank order and stored into every
+//      block, so all get the same bits), normalised by its diagonal D, Cholesky R~ (R1 = R~ D), R1^-1;
+//   2. Y = P R1^-1 and G2 = Y^T Y, summed into block 0. The guard: every pivot positive and finite, |G2 - I| <=
+//      GUARD_G2 entrywise, and every column non-zero somewhere below its diagonal (LAPACK gives a column that is
+//      already zero there tau = 0, which the reconstruction cannot). A matrix that fails (rank-deficient or badly
+//      conditioned panel, zero column, triangular structure, NaN or Inf) is written nothing and flagged in done[] for
+//      the Householder kind that runs next. Where |G2 - I| > EXACT_G2 the second CholeskyQR pass is taken: R2 =
+//      chol(G2), Q = Y R2^-1; else Q = Y (its error is then far below FP32's);
 //   3. R = R2 R1. Householder reconstruction (LAPACK sorhr_col): Q's top 32 x 32 block minus S = diag(-sign) is
 //      factored L U without pivoting (S chosen during elimination so no pivot has magnitude below 1); then the
 //      reflectors are V = [L; Q_bottom U^-1], tau_j = -S_j U_jj (in [1, 2]), T = -U S L^-T, and R's rows take S.
-// Bottom rows are written as Y (R2^-1 U^-1): one more product per row. Everything between the products is 32 x 32
-// work in warp registers, FP64 throughout: CholeskyQR's loss of orthogonality (FP64 rounding times the panel's
-// condition squared) stays far below FP32's for any panel the guard passes.
+//      Block 0 stores N = R2^-1 U^-1 into every block, which writes its rows of V as Y N.
+// FP64 throughout: CholeskyQR's loss of orthogonality (FP64 rounding times the panel's condition squared) stays far
+// below FP32's for any panel the guard passes.
 #include <cooperative_groups.h>
 
 #include "launch.cuh"
