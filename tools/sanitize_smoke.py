@@ -29,14 +29,15 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_nb32", 6, 1024, 1024), ("blocked_nb32", 4, 1030, 1030),  # updates split over rows
           ("blocked_nb32", 1, 9000, 40),  # the many-block tall panel
           ("blocked_cholqr_nb32", 2, 700, 700), ("blocked_cholqr_nb32", 40, 300, 300),  # CholeskyQR panels
-          ("blocked_cholqr_nb32", 1, 2100, 300)]  # 256-row blocks, 16-block clusters
+          ("blocked_cholqr_nb32", 1, 2100, 300),  # 256-row blocks, 16-block clusters
+          ("blocked_cholqr_nb32", 200, 100, 100)]  # one block a panel (what racecheck can run)
 
 CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 
 
 def launches_clusters(route, batch, m, n):
-    if route == "blocked_cholqr_nb32":
-        return True
+    if route == "blocked_cholqr_nb32":  # one block a panel only for panels of at most 126 rows, or 128 past a wave
+        return not (m <= 126 or (m <= 128 and batch >= 132))
     if route in ("blocked_nb32", "blocked_nb64"):
         return batch <= 66 or m > 512  # 2-block register panels, or panel_cluster's clusters
     return route.startswith(CLUSTER_ROUTES)

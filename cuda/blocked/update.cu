@@ -337,7 +337,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
                 for (int r = lane; r < mr; r += 32) m = max(m, __float_as_uint(c[r + (int64_t)j * ldc]) & 0x7fffffffu);
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-                if (lane == 0) colmax_bits[j] = m;  // after the shuffles: every lane has read the flag
+                __syncwarp();  // every lane has read the flag before lane 0 overwrites it
+                if (lane == 0) colmax_bits[j] = m;
             }
             __syncthreads();
         }
