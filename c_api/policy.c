@@ -15,6 +15,16 @@ static int64_t measured(const qr2_device* d, int64_t batch_on_h200) { return bat
 
 static int fits(const qr2_config* c, int64_t m, int64_t n, const qr2_device* d) { return qr2_config_holds(c, m, n, d); }
 
+/* Whether some 32-column panel of an m x n problem is one the CholeskyQR panel holds on d: its shortest full panel
+ * has m - 32 (ceil(min(m, n) / 32) - 1) rows, the tallest min(m, 4096) (a device without clusters, or with too little
+ * shared memory, holds none past 128 rows). */
+static int cholqr_panels(int64_t m, int64_t n, const qr2_device* d) {
+    const int64_t k = m < n ? m : n;
+    const int64_t shortest = m - QR2_PANEL_MAX_W * ((k + QR2_PANEL_MAX_W - 1) / QR2_PANEL_MAX_W - 1);
+    const int64_t tallest = m < 4096 ? m : 4096;
+    return shortest <= 4096 && qr2_panel_cholqr_holds(tallest, QR2_PANEL_MAX_W, d);
+}
+
 #define RULE(config, condition)                                    \
     do {                                                           \
         if ((condition) && fits(&(config), m, n, d)) return &(config); \
@@ -54,7 +64,7 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
      * clusters of up to 16 blocks, whose critical path does not grow with the reflector count (n 640-2048 at batch
      * 2-32: 0.69-0.97x the time of the better Householder configuration; from 48 matrices a wave of register or
      * cluster panels is as fast or faster). */
-    RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch <= wave / 4);
+    RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch <= wave / 4 && cholqr_panels(m, n, d));
     /* n >= 512 with at least 400 000 matrix entries per SM (52 million on an H200): 64-column outer panels halve the
      * passes of the trailing update where there is enough of it to fill the SMs (60 x 1024 5.85 against 6.02 ms,
      * 40 x 1536 1.07x, 100 x 768 1.01x; 100 x 512, 60 x 768, 40 x 1024 and every batch <= 20 slower). */

@@ -41,11 +41,11 @@ CONFIG_EXAMPLES = {
     "shared_memory": [(1000, 5, 1), (300, 8, 2), (257, 5, 1)],
     "blocked_nb64": [(512, 512, 640), (1024, 1024, 100), (672, 672, 200), (4096, 4096, 100), (1024, 1024, 60),
         (1536, 1536, 40), (768, 768, 100), (600, 512, 200)],
-    "blocked_cholqr_nb32": [(1000, 300, 2), (60000, 3, 1), (2048, 2048, 1), (9000, 40, 2), (1025, 1025, 16),
+    "blocked_cholqr_nb32": [(1000, 300, 2), (5000, 1000, 1), (2048, 2048, 1), (4200, 200, 2), (1025, 1025, 16),
         (2048, 2048, 8), (4096, 4096, 2), (640, 640, 32), (1000, 1500, 2), (1500, 1000, 4), (3000, 3000, 1)],
     "blocked_nb32": [(192, 192, 1000), (177, 177, 133), (184, 184, 640), (256, 128, 200), (257, 257, 3),
         (128, 256, 640), (256, 128, 133), (1000, 300, 100), (5, 257, 1), (512, 512, 8), (300, 1000, 1),
-        (100, 3000, 20), (352, 352, 40), (1024, 1024, 40), (512, 511, 640), (511, 511, 99), (512, 512, 100),
+        (100, 3000, 20), (60000, 3, 1), (9000, 40, 2), (100000, 256, 1), (352, 352, 40), (1024, 1024, 40), (512, 511, 640), (511, 511, 99), (512, 512, 100),
         (768, 768, 60), (600, 512, 100), (640, 640, 48)],
 }
 
@@ -86,6 +86,16 @@ def test_every_pick_runs_on_its_device(device):
         assert qr2_op._can_run(name, m, n, device), (m, n, b, name)
         if not device.clusters:
             assert name not in CLUSTER_CONFIGS, (m, n, b, name)
+
+
+def test_cholqr_panels_only_where_the_device_and_the_panels_allow_them():
+    """The CholeskyQR configuration is picked only where some panel is one its kernel holds: not on a device without
+    clusters or with too little shared memory, and not where every panel is taller than 4096 rows."""
+    assert qr2_op.config_for(2048, 2048, 8, H200) == "blocked_cholqr_nb32"
+    assert qr2_op.config_for(2048, 2048, 8, Device(128, 101376, False)) == "blocked_nb32"
+    assert qr2_op.config_for(2048, 2048, 8, Device(132, 100 * 1024, True)) == "blocked_nb32"
+    assert qr2_op.config_for(8192, 1024, 1, H200) == "blocked_nb32"  # every panel has 7200 rows or more
+    assert qr2_op.config_for(8192, 4200, 1, H200) == "blocked_cholqr_nb32"  # the last ones have 4096 or fewer
 
 
 def test_batch_thresholds_scale_with_the_sms():
