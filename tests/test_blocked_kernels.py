@@ -1,5 +1,6 @@
 """The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
-(registers in panel mode, cluster, tall) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's checker;
+(registers in panel mode, cluster, tall, cholqr) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's
+checker; the CholeskyQR panel's guard;
 the compact-WY update against Q^T C in FP64; the input transpose against torch."""
 import ctypes
 
@@ -42,8 +43,9 @@ def _column_major(A):
     return A.transpose(-1, -2).clone(memory_format=torch.contiguous_format).transpose(-1, -2)
 
 
-def _panel(kind, A):
-    """Runs panel `kind` on a copy of A (batch, m, w): (H, tau, V, T), T in (batch, w, w) with T[b][i][j] = T_ij."""
+def _panel(kind, A, with_flags=False):
+    """Runs panel `kind` on a copy of A (batch, m, w): (H, tau, V, T), T in (batch, w, w) with T[b][i][j] = T_ij;
+    with_flags: also the CholeskyQR panel's per-matrix flags (1: factored, 0: left as it was)."""
     batch, m, w = A.shape
     dev = A.device.index or 0
     assert _lib.qr2_test_panel_holds(kind.encode(), m, w, dev) == 1, (kind, m, w)
@@ -54,7 +56,8 @@ def _panel(kind, A):
     work = torch.empty(max(_lib.qr2_test_panel_work_floats(m, batch, dev), 1), device="cuda")
     _check(_lib.qr2_test_panel(kind.encode(), batch, m, w, h.data_ptr(), tau.data_ptr(), v.data_ptr(), t.data_ptr(),
                                work.data_ptr(), dev, _stream()))
-    return h, tau, v, t.transpose(-1, -2)
+    out = h, tau, v, t.transpose(-1, -2)
+    return (*out, work[:batch].view(torch.int32)) if with_flags else out
 
 
 # (kind, m, w): every rows-per-lane build of the register panel, the cluster panel from one block to eight, the tall
@@ -101,6 +104,50 @@ def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
     if kind != "tall":
         assert torch.isfinite(T).all()
     ok, msg = check_implementation(A, (H, tau))
+    assert ok, msg
+
+
+# (m, batch): one block, a cluster of 3-16 blocks (256-row blocks from 2049 rows), and more clusters than one wave
+CHOLQR = [(64, 1), (300, 3), (2000, 1), (2049, 2), (4096, 2), (300, 300)]
+
+
+@pytest.mark.parametrize("m,batch", CHOLQR, ids=str)
+def test_cholqr_panel_matches_lapack(m, batch):
+    """The CholeskyQR panel alone, on panels its guard passes: LAPACK's (H, tau) (the Householder reconstruction
+    chooses LAPACK's signs), V, and a T that rebuilds the same Q."""
+    w = 32
+    A = torch.randn(batch, m, w, device="cuda", dtype=torch.float64)
+    A[:, :w, :] += m ** 0.5 * torch.eye(w, device="cuda", dtype=torch.float64)  # well separated: H is unique
+    A = A.float()
+    H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
+    assert torch.all(flags == 1)
+    ok, msg = check_implementation(A, (H, tau))
+    assert ok, msg
+    Hr, taur = torch.geqrf(A)
+    torch.testing.assert_close(H, Hr, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(tau, taur, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(V, torch.tril(H, -1) + torch.eye(m, w, device="cuda"), rtol=0, atol=0)
+    Q = torch.eye(m, device="cuda", dtype=torch.float64) - V.double() @ T.double() @ V.double().transpose(-1, -2)
+    torch.testing.assert_close(Q[..., :w], torch.linalg.householder_product(H, tau).double(), rtol=1e-4, atol=1e-4)
+    assert torch.all(torch.tril(T, -1) == 0)
+
+
+def test_cholqr_panel_leaves_what_its_guard_rejects():
+    """A zero column, a NaN, an upper triangular panel (LAPACK's tau = 0): those matrices are left exactly as they were
+    and flagged 0. Two equal columns are rejected or, where FP64 rounding left their Gram matrix positive definite and
+    the second pass near I, factored correctly. The others are factored."""
+    A = torch.randn(6, 600, 32, device="cuda")
+    A[1, :, 3] = 0.0
+    A[2, :, 7] = A[2, :, 6]
+    A[3, 100, 9] = float("nan")
+    A[4] = torch.triu(A[4])
+    H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
+    flags = flags.tolist()
+    assert flags[0] == flags[5] == 1 and flags[1] == flags[3] == flags[4] == 0
+    for b in [b for b in range(6) if flags[b] == 0]:
+        assert torch.equal(torch.nan_to_num(H[b], nan=7.0), torch.nan_to_num(A[b], nan=7.0))
+    good = [b for b in range(6) if flags[b] == 1]
+    ok, msg = check_implementation(A[good], (H[good], tau[good]))
     assert ok, msg
 
 
