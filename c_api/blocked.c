@@ -5,7 +5,8 @@
  * split in two with an update between the halves), then apply its reflectors to the columns right of it:
  * C -= V (T^T (V^T C)). The panel kernel is the first kind that holds the panel's height: registers (up to 512
  * rows, measured 2x faster than the cluster panel there at batch 1), cluster (while one cluster of up to 8 blocks
- * holds the rows) and tall (many blocks a matrix, any height).
+ * holds the rows) and tall (many blocks a matrix, any height). Configurations with `cholqr` first run the CholeskyQR
+ * panel on 32-column panels it holds; that kind then factors only the matrices whose guard failed.
  */
 #include "configs.h"
 
