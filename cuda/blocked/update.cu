@@ -257,6 +257,14 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
     // (uc, 2^e_j: whole; 2^E_j: apply); 1 where the column needs no scaling.
     __shared__ float sc1[NT], sc2[NT], uc1[NT], uc2[NT];
     __shared__ unsigned colmax_bits[NT];  // |x| as bits: unsigned order is float order, NaN above Inf
+    auto clear_w = [&] {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < S::NT1; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+    };
     auto w_pass = [&](auto scaled_pass) {
         constexpr bool SCALED = decltype(scaled_pass)::value;
         float f1[S::NT1], f2[S::NT1];  // this lane's columns wj + 8 nt + g
@@ -265,12 +273,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
             f1[nt] = SCALED ? sc1[wj + 8 * nt + g] : 1.f;
             f2[nt] = SCALED ? sc2[wj + 8 * nt + g] : 1.f;
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < S::NT1; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+        clear_w();
         stream_chunks([&](int, const float* Vc, const float* Cc) {
             tf32x3_warp_tile<2, S::NT1, KC / 8>(
                 big, small,
@@ -387,12 +390,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, 3)
         __syncthreads();
 
         // W = -T^T W, negated so that the last product adds: A = T^T (row i is T's column), B = W, both contiguous in k
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < S::NT1; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) big[mt][nt][e] = small[mt][nt][e] = 0.f;
+        clear_w();
         tf32x3_warp_tile<2, S::NT1, WMAX / 8>(
             big, small,
             [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
