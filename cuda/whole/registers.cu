@@ -361,7 +361,7 @@ __device__ __forceinline__ void reflector_dots(const float (&vj)[RL], const floa
 }
 
 template <int RL, int C, int CL, bool PANEL>
-__global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), 1) registers_kernel(Job a) {
+__global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), PANEL && C * RL >= 32 ? 2 : 1) registers_kernel(Job a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int m = a.m, n = a.n, K = m < n ? m : n;
     const Layout lay = layout(K, RL, PANEL);
