@@ -168,7 +168,7 @@ struct WySplitWork {
 // C^T += W^T V^T so that each lane holds pairs of adjacent rows of C. VEC: rows go in 16-byte groups of four (mr, the
 // leading dimensions and strides multiples of 4, the pointers 16-byte aligned). Whole chunks skip the predicates.
 template <int WMAX, int NT, bool VEC, WyPart PART>
-__global__ void __launch_bounds__(UPDATE_THREADS, 3)
+__global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
                      int64_t v_bs, const float* t, int64_t ldt, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
                      WySplitWork sw) {
