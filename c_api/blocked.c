@@ -6,7 +6,8 @@
  * C -= V (T^T (V^T C)). The panel kernel is the first kind that holds the panel's height: registers (up to 512
  * rows, measured 2x faster than the cluster panel there at batch 1), cluster (while one cluster of up to 8 blocks
  * holds the rows) and tall (many blocks a matrix, any height). Configurations with `cholqr` first run the CholeskyQR
- * panel on 32-column panels it holds; that kind then factors only the matrices whose guard failed.
+ * panel on 32-column panels it holds that are taller than the registers kind holds (below that height the registers
+ * panel measured faster: docs/tuning.md); the cluster or tall kind then factors only the matrices whose guard failed.
  */
 #include "configs.h"
 
@@ -91,12 +92,13 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int* t_ready) 
             .v = s->v + (int64_t)jo * ldv_of(s), .ldv = ldv_of(s), .v_bs = s->v_bs, .v_row0 = jo,
             .t = s->t, .t_bs = (int64_t)w * w,
         };
-        if (s->done && qr2_panel_cholqr_holds(mr, w, p->dev)) {
+        const int registers = qr2_panel_registers_holds(mr, w, p->dev);
+        if (s->done && !registers && qr2_panel_cholqr_holds(mr, w, p->dev)) {
             /* the matrices it leaves (done[b] == 0) take the Householder kind below */
             if (qr2_panel_cholqr_run(&job, s->done, p->dev, p->stream)) return 1;
             job.done = s->done;
         }
-        if (qr2_panel_registers_holds(mr, w, p->dev)) {
+        if (registers) {
             *t_ready = 1;
             return qr2_panel_registers_run(&job, 0, p->dev, p->stream);
         }
