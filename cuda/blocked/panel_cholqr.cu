@@ -34,6 +34,7 @@ constexpr int THREADS = 256;
 constexpr int NWARPS = THREADS / 32;
 constexpr int LD = 36;               // FP64 row stride: the DMMA fragments' 16 lanes hit 16 distinct 8-byte banks
 constexpr int MAX_CLUSTER = 16;      // non-portable cluster size
+constexpr int ROWS = 256;            // rows a block holds at most (one block an SM)
 constexpr double GUARD_G2 = 0.25;    // |G2 - I| entrywise: how far from orthogonal the first pass's Q may be
 constexpr double EXACT_G2 = 1e-10;   // |G2 - I| below this: R2 = I to far better than FP32, the second pass is skipped
 constexpr unsigned FULL = 0xffffffffu;
@@ -234,8 +235,7 @@ __device__ void warp_signed_lu(double* z, double* s, int lane) {
     __syncwarp();
 }
 
-template <int ROWS>
-__global__ void __launch_bounds__(THREADS, ROWS <= 128 ? 2 : 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
+__global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
     extern __shared__ __align__(16) unsigned char smem[];
     double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
     Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * ROWS * LD);
@@ -395,45 +395,40 @@ __global__ void __launch_bounds__(THREADS, ROWS <= 128 ? 2 : 1) panel_cholqr_ker
     }
 }
 
-template <int ROWS>
 constexpr size_t smem_bytes() { return sizeof(double) * ROWS * LD + sizeof(Small); }
 
-// Rows a block holds: 128 (two blocks an SM) while a cluster of MAX_CLUSTER holds the panel, else 256.
-int rows_per_block(int64_t m) { return m <= 128 * MAX_CLUSTER ? 128 : 256; }
-
-// Blocks per matrix: the fewest that hold the rows, doubled while the batch leaves SMs idle and halves keep 64 rows.
-int plan(int64_t m, int64_t batch, int sms) {
-    const int rows = rows_per_block(m);
+// Blocks per matrix: the fewest (a power of two) that hold the rows. Spreading a panel over more, smaller blocks
+// measured slower at every batch (H200, docs/tuning.md): 128-row blocks, two an SM, with the cluster doubled while
+// the batch left SMs idle, took 60 x 1024 x 1024 to 6.27 ms against 5.29 and 8 x 2048 x 2048 to 7.63 against 7.16.
+int blocks_per_matrix(int64_t m) {
     int c = 1;
-    while (c < MAX_CLUSTER && ((m + c - 1) / c > rows || (batch * c < sms && (m + 2 * c - 1) / (2 * c) >= 64))) c *= 2;
-    return (m + c - 1) / c <= rows ? c : 0;
+    while (c < MAX_CLUSTER && (m + c - 1) / c > ROWS) c *= 2;
+    return (m + c - 1) / c <= ROWS ? c : 0;
 }
 
-template <int ROWS>
 int launch(const qr2_panel_job* a, int* done, int c, void* stream) {
     if (c > 8)
-        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel<ROWS>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                        "panel_cholqr cluster size");
     Qr2Launch how;
     how.grid = dim3((unsigned)(a->batch * c));
     how.block = dim3(THREADS);
-    how.smem = smem_bytes<ROWS>();
+    how.smem = smem_bytes();
     how.cluster = (unsigned)c;
-    return qr2_launch(panel_cholqr_kernel<ROWS>, how, stream, "panel_cholqr launch", *a, done);
+    return qr2_launch(panel_cholqr_kernel, how, stream, "panel_cholqr launch", *a, done);
 }
 
 }  // namespace
 
 extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
-    const int c = plan(m, 1, dev->sms);
-    const size_t smem = rows_per_block(m) == 128 ? smem_bytes<128>() : smem_bytes<256>();
-    return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem <= (size_t)dev->smem_optin;
+    const int c = blocks_per_matrix(m);
+    return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem_bytes() <= (size_t)dev->smem_optin;
 }
 
 extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2_device* dev, void* stream) {
     if (a->batch <= 0) return 0;
     if (!qr2_panel_cholqr_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr", "panel shape not held");
-    int c = plan(a->m, a->batch, dev->sms);
+    int c = blocks_per_matrix(a->m);
     while ((a->m + c - 1) / c < W) c /= 2;  // block 0 holds the top 32 rows
-    return rows_per_block(a->m) == 128 ? launch<128>(a, done, c, stream) : launch<256>(a, done, c, stream);
+    return launch(a, done, c, stream);
 }
