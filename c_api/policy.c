@@ -60,15 +60,17 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
     RULE(qr2_registers, n <= 96);
     /* Tall matrices of n <= 8: one block's shared memory. */
     RULE(qr2_shared_memory, n <= 8);
-    /* Panels taller than the register panel holds and at most a quarter wave of matrices: CholeskyQR panels over
-     * clusters of up to 16 blocks, whose critical path does not grow with the reflector count (n 640-2048 at batch
-     * 2-32: 0.69-0.97x the time of the better Householder configuration; from 48 matrices a wave of register or
-     * cluster panels is as fast or faster). */
-    RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch <= wave / 4 && cholqr_panels(m, n, d));
-    /* n >= 512 with at least 400 000 matrix entries per SM (52 million on an H200): 64-column outer panels halve the
-     * passes of the trailing update where there is enough of it to fill the SMs (60 x 1024 5.85 against 6.02 ms,
-     * 40 x 1536 1.07x, 100 x 768 1.01x; 100 x 512, 60 x 768, 40 x 1024 and every batch <= 20 slower). */
-    RULE(qr2_blocked_nb64, n >= 512 && batch * m * n >= 400000 * wave);
+    /* Panels taller than the register panel holds, below 1.5 million matrix entries per SM (198 million on an
+     * H200): CholeskyQR panels over clusters of up to 16 blocks, whose critical path does not grow with the reflector
+     * count (60 x 1024 5.29 against 5.70 ms for blocked_nb32, 100 x 1024 8.42 against 9.37, 64 x 1536 16.0 against
+     * 17.9 for blocked_nb64, 8 x 2048 7.16 against 9.65; 200 x 768 8.00 against 7.80 and 300 x 640 6.60 against 6.52,
+     * the two nearest the threshold, cost a few per cent). */
+    RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch * m * n < 1500000 * wave &&
+                                      cholqr_panels(m, n, d));
+    /* n >= 768 from 1.5 million entries per SM: 64-column outer panels halve the passes of the trailing update where
+     * there is enough of it to fill the SMs many times (400 x 768 12.8 against 13.2 ms, 200 x 1024 14.0 against 14.8;
+     * n = 512 slower at every batch: 640 x 512 6.38 against 6.11, 1000 x 512 9.29 against 8.90). */
+    RULE(qr2_blocked_nb64, n >= 768 && batch * m * n >= 1500000 * wave);
     return &qr2_blocked_nb32; /* any shape */
 }
 
