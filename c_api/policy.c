@@ -16,8 +16,8 @@ static int64_t measured(const qr2_device* d, int64_t batch_on_h200) { return bat
 static int fits(const qr2_config* c, int64_t m, int64_t n, const qr2_device* d) { return qr2_config_holds(c, m, n, d); }
 
 /* Whether some 32-column panel of an m x n problem is one the CholeskyQR panel holds on d: its shortest full panel
- * has m - 32 (ceil(min(m, n) / 32) - 1) rows, the tallest min(m, 4096) (a device without clusters, or with too little
- * shared memory, holds none past 128 rows). */
+ * has m - 32 (ceil(min(m, n) / 32) - 1) rows, the tallest min(m, 4096) (a device without clusters holds none past 256
+ * rows, one with too little shared memory none). */
 static int cholqr_panels(int64_t m, int64_t n, const qr2_device* d) {
     const int64_t k = m < n ? m : n;
     const int64_t shortest = m - QR2_PANEL_MAX_W * ((k + QR2_PANEL_MAX_W - 1) / QR2_PANEL_MAX_W - 1);
