@@ -68,7 +68,7 @@ const qr2_config qr2_shared_memory = {"shared_memory", &shared_memory, 1, 0, 0,
     "tall matrices of a few columns factored whole in one block's shared memory (sums of squares and scalars in "
     "FP64): one launch", 0};
 const qr2_config qr2_blocked_cholqr_nb32 = {"blocked_cholqr_nb32", &blocked, 1, 32, 32,
-    "blocked_nb32 whose 32-column panels of 64 to 4096 rows are first factored by CholeskyQR2 in FP64 on a cluster "
+    "blocked_nb32 whose 32-column panels of 513 to 4096 rows are first factored by CholeskyQR2 in FP64 on a cluster "
     "of up to 16 blocks (Gram matrices on FP64 tensor cores) and turned back into Householder form; a matrix whose "
     "panel fails the guard takes the Householder panel", 1};
 const qr2_config qr2_blocked_nb64 = {"blocked_nb64", &blocked, 1, 64, 32,

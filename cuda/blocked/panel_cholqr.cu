@@ -428,7 +428,6 @@ extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* de
 extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2_device* dev, void* stream) {
     if (a->batch <= 0) return 0;
     if (!qr2_panel_cholqr_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr", "panel shape not held");
-    int c = blocks_per_matrix(a->m);
-    while ((a->m + c - 1) / c < W) c /= 2;  // block 0 holds the top 32 rows
-    return launch(a, done, c, stream);
+    // block 0 holds the top 32 rows: a panel has at least 64, and past 256 the fewest blocks hold more than 128 each
+    return launch(a, done, blocks_per_matrix(a->m), stream);
 }
