@@ -31,11 +31,15 @@ static int outer_panel_width(const qr2_config* c, const qr2_problem* p) {
     return kmin < c->nb ? kmin : c->nb;
 }
 
+/* Per matrix, the T factors: one for each half of a split panel (QR2_PANEL_MAX_W square each) and the two merged;
+ * one half's worth where outer panels are single panels. */
+#define T_HALF_FLOATS (QR2_PANEL_MAX_W * QR2_PANEL_MAX_W)
+static int64_t t_floats(const qr2_config* c) { return c->nb > c->leaf_nb ? 6 * T_HALF_FLOATS : T_HALF_FLOATS; }
+
 int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
-    /* per matrix: explicit V of one outer panel (m x its width), the leaf's T, the update's scratch */
+    /* per matrix: explicit V of one outer panel (m x its width), the T factors, the update's scratch */
     const int w = outer_panel_width(c, p);
-    return tall_panel_floats(p) +
-           p->batch * ((int64_t)p->m * w + QR2_PANEL_MAX_W * QR2_PANEL_MAX_W + qr2_update_work_floats(w, p->n)) +
+    return tall_panel_floats(p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
            qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0);
 }
 
@@ -46,7 +50,8 @@ typedef struct schedule {
     int k_outer;  /* first column of the current outer panel */
     float* v;     /* explicit reflectors of the outer panel: (m - k_outer) x its width, ld m - k_outer */
     int64_t v_bs;
-    float* t;     /* T of the last panel kernel that built one: 32 x 32 per matrix */
+    float* t;     /* T factors, t_bs apart: the left half's, the right half's, their merge (each ld its width) */
+    int64_t t_bs;
     float* wy;    /* the update's scratch */
     int64_t wy_bs;
     void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
@@ -56,7 +61,7 @@ typedef struct schedule {
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
 
 /* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc);
- * t: their T factor when the panel kernel built it (NULL: built here from V). */
+ * t: their T factor (ld w, s->t_bs apart) when the panel kernels built it (NULL: built here from V). */
 static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, const float* t) {
     const qr2_problem* p = s->p;
     const int kmin = p->m < p->n ? p->m : p->n;
@@ -65,7 +70,7 @@ static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, co
         .batch = p->batch, .mr = p->m - k0, .w = w, .nc = nc,
         .v = s->v + (int64_t)jo * ldv + jo, .ldv = ldv, .v_bs = s->v_bs,
         .tau = p->tau + k0, .tau_bs = kmin,
-        .t = t, .t_bs = (int64_t)w * w,
+        .t = t, .t_bs = s->t_bs,
         .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
         .work = s->wy, .work_bs = s->wy_bs,
     };
@@ -78,19 +83,21 @@ static int split_width(int w) {
     return half < w ? half : w - 1;
 }
 
-/* Factors columns [k0, k0 + w) of rows [k0, m); *t_ready: whether s->t now holds their T. */
-static int factor_panel(const schedule* s, int k0, int jo, int w, int* t_ready) {
+/* Factors columns [k0, k0 + w) of rows [k0, m); *t: their T factor (ld w) when the kernels built it, else NULL.
+ * half: which of the two half slots of s->t a panel kernel writes its T into; want_t: whether an update follows. */
+static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int want_t, const float** t) {
     const qr2_problem* p = s->p;
     const int mr = p->m - k0;
     const int kmin = p->m < p->n ? p->m : p->n;
-    *t_ready = 0;
+    float* t_leaf = s->t + half * T_HALF_FLOATS;
+    *t = 0;
     if (w <= s->config->leaf_nb) {
         qr2_panel_job job = {
             .batch = p->batch, .m = mr, .w = w,
             .h = p->h + (int64_t)k0 * p->m + k0, .ldh = p->m, .h_bs = (int64_t)p->m * p->n,
             .tau = p->tau + k0, .tau_bs = kmin,
             .v = s->v + (int64_t)jo * ldv_of(s), .ldv = ldv_of(s), .v_bs = s->v_bs, .v_row0 = jo,
-            .t = s->t, .t_bs = (int64_t)w * w,
+            .t = t_leaf, .t_bs = s->t_bs,
         };
         const int registers = qr2_panel_registers_holds(mr, w, p->dev);
         if (s->done && !registers && qr2_panel_cholqr_holds(mr, w, p->dev)) {
@@ -99,20 +106,32 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int* t_ready) 
             job.done = s->done;
         }
         if (registers) {
-            *t_ready = 1;
+            *t = t_leaf;
             return qr2_panel_registers_run(&job, 0, p->dev, p->stream);
         }
         if (qr2_panel_cluster_holds(mr, w, p->dev)) {
-            *t_ready = 1;
+            *t = t_leaf;
             return qr2_panel_cluster_run(&job, 0, p->dev, p->stream);
         }
         return qr2_panel_tall_run(&job, s->tall, p->dev, p->stream);
     }
-    const int w1 = split_width(w);
-    int left_t = 0, right_t = 0;
-    if (factor_panel(s, k0, jo, w1, &left_t)) return 1;
-    if (apply_reflectors(s, k0, jo, w1, w - w1, left_t ? s->t : 0)) return 1;
-    return factor_panel(s, k0 + w1, jo + w1, w - w1, &right_t);
+    const int w1 = split_width(w), w2 = w - w1;
+    const float *left = 0, *right = 0;
+    if (factor_panel(s, k0, jo, w1, 0, 1, &left)) return 1;
+    if (apply_reflectors(s, k0, jo, w1, w2, left)) return 1;
+    if (factor_panel(s, k0 + w1, jo + w1, w2, 1, want_t, &right)) return 1;
+    /* Both halves single panel kernels that built their T (so the right one left the left one's slot alone): T from
+     * theirs, T12 = -T1 V1^T V2 T2, instead of from V's Gram matrix in the update. The merge walks a matrix's rows on
+     * one block: a few tall matrices keep cuBLAS's Gram GEMM, which splits the rows (a guess, not yet measured). */
+    if (!want_t || !left || !right || w1 > s->config->leaf_nb || w2 > s->config->leaf_nb) return 0;
+    if (mr > 1024 && p->batch < p->dev->sms) return 0;
+    const int ldv = ldv_of(s);
+    float* merged = s->t + 2 * T_HALF_FLOATS;
+    if (qr2_update_merge_t(p->batch, mr, w1, w2, s->v + (int64_t)jo * ldv + jo, ldv, s->v_bs, left, right, s->t_bs,
+                           merged, s->t_bs, p->stream))
+        return 1;
+    *t = merged;
+    return 0;
 }
 
 int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
@@ -126,16 +145,17 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     const int width = outer_panel_width(c, p); /* every panel below is at most this wide */
     s.v_bs = (int64_t)p->m * width;
     s.t = s.v + p->batch * s.v_bs;
-    s.wy = s.t + p->batch * QR2_PANEL_MAX_W * QR2_PANEL_MAX_W;
+    s.t_bs = t_floats(c);
+    s.wy = s.t + p->batch * s.t_bs;
     s.wy_bs = qr2_update_work_floats(width, p->n);
     if (c->cholqr) s.done = (int*)(s.wy + p->batch * s.wy_bs + qr2_update_split_floats(p->m, p->n, width, p->batch, p->dev));
     const int kmin = p->m < p->n ? p->m : p->n;
     for (int k = 0; k < kmin; k += c->nb) {
         const int w = (int)min64(c->nb, kmin - k);
-        int t_ready = 0;
+        const float* t = 0;
         s.k_outer = k;
-        if (factor_panel(&s, k, 0, w, &t_ready)) return 1;
-        if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t_ready ? s.t : 0)) return 1;
+        if (factor_panel(&s, k, 0, w, 0, k + w < p->n, &t)) return 1;
+        if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t)) return 1;
     }
     return 0;
 }

@@ -73,7 +73,7 @@ const qr2_config qr2_blocked_cholqr_nb32 = {"blocked_cholqr_nb32", &blocked, 1, 
     "panel fails the guard takes the Householder panel", 1};
 const qr2_config qr2_blocked_nb64 = {"blocked_nb64", &blocked, 1, 64, 32,
     "blocked_nb32 with 64-column outer panels: each factored as two 32-column panels with an update between them, "
-    "then applied to the rest of the matrix at once (T built from V's Gram matrix)", 0};
+    "then applied to the rest of the matrix at once (T merged from the halves' T factors)", 0};
 const qr2_config qr2_blocked_nb32 = {"blocked_nb32", &blocked, 1, 32, 32,
     "blocked Householder with 32-column panels, any shape: panels of up to 512 rows by the registers kernel in "
     "panel mode, taller ones across a thread-block cluster, the tallest by many blocks a matrix; each writes V (and "

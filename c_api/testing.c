@@ -1,6 +1,6 @@
 /*
  * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
- * a panel kind, the compact-WY update and the input transpose on tensors the test allocates, on the current device
+ * a panel kind, the compact-WY update, the merge of two T factors and the input transpose on tensors the test allocates, on the current device
  * and the given stream. Each returns 0, or non-zero with qr2_cuda_last_error() saying why.
  */
 #include <string.h>
@@ -73,6 +73,13 @@ QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float
         .work = work, .work_bs = qr2_update_work_floats(w, nc),
     };
     return qr2_update_run(&a, blas, &dev, stream);
+}
+
+/* T of V = [V1 V2] (mr x (w1 + w2), ld mr, mr (w1 + w2) apart) from its halves' T factors t1 (w1 x w1, ld w1) and
+ * t2 (w2 x w2, ld w2), t_bs apart, into t ((w1 + w2) square, ld w1 + w2, out_bs apart). */
+QR2_EXPORT int qr2_test_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, const float* t1, const float* t2,
+                                int64_t t_bs, float* t, int64_t out_bs, void* stream) {
+    return qr2_update_merge_t(batch, mr, w1, w2, v, mr, (int64_t)mr * (w1 + w2), t1, t2, t_bs, t, out_bs, stream);
 }
 
 QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,

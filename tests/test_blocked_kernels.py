@@ -1,7 +1,8 @@
 """The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
 (registers in panel mode, cluster, tall, cholqr) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's
 checker; the CholeskyQR panel's guard;
-the compact-WY update against Q^T C in FP64; the input transpose against torch."""
+the compact-WY update against Q^T C in FP64; the merge of two T factors against LAPACK's T; the input transpose
+against torch."""
 import ctypes
 
 import pytest
@@ -22,6 +23,7 @@ for _name, _res, _args in [
     ("qr2_test_panel", _int, [_str, _i64, _int, _int, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_update_work_floats", _i64, [_i64, _int, _int, _int, _int]),
     ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p]),
+    ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
     ("qr2_test_last_error", _str, []),
 ]:
@@ -160,6 +162,35 @@ def _larft64(V, tau):
         if j:
             T[:, :j, j] = -tau[:, j, None] * (T[:, :j, :j] @ (V[:, :, :j].transpose(-1, -2) @ V[:, :, j:j + 1]))[..., 0]
     return T
+
+
+@pytest.mark.parametrize("batch, mr, w1, w2", [(3, 64, 32, 32), (2, 200, 32, 32), (5, 1000, 24, 16), (1, 33, 32, 1),
+                                              (4, 130, 16, 17), (2, 4096, 32, 32)])
+def test_merge_t_matches_lapack(batch, mr, w1, w2):
+    """T of [V1 V2] from its halves' T factors (T12 = -T1 V1^T V2 T2) against LAPACK's T of all w1 + w2 reflectors in
+    FP64, with the halves' T factors given in FP32 with garbage below their diagonals (the merge reads only the upper
+    triangles)."""
+    w = w1 + w2
+    H, tau = torch.geqrf(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
+    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
+    T64 = _larft64(V64, tau)
+    pad = torch.randn(batch, w, w, device="cuda", dtype=torch.float64).tril(-1)
+    halves = T64 + pad
+    t1 = halves[:, :w1, :w1].float().transpose(-1, -2).contiguous()  # column-major, ld w1
+    t2 = halves[:, w1:, w1:].float().transpose(-1, -2).contiguous()
+    t_bs = 32 * 32
+    t12 = torch.zeros(batch, 2, t_bs, device="cuda")
+    t12[:, 0, :w1 * w1] = t1.reshape(batch, -1)
+    t12[:, 1, :w2 * w2] = t2.reshape(batch, -1)
+    out = torch.full((batch, w * w), float("nan"), device="cuda")
+    V = _column_major(V64.float())
+    _check(_lib.qr2_test_merge_t(batch, mr, w1, w2, V.data_ptr(), t12[:, 0].data_ptr(), t12[:, 1].data_ptr(),
+                                 2 * t_bs, out.data_ptr(), w * w, _stream()))
+    T = out.reshape(batch, w, w).transpose(-1, -2).double()  # T[b][i][j] = T_ij
+    assert torch.isfinite(T).all()
+    assert torch.equal(T.tril(-1), torch.zeros_like(T))
+    err = (T - T64).abs().amax() / T64.abs().amax()
+    assert err < max(1e-5, mr * 2.0 ** -24), err
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])

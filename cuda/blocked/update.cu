@@ -81,6 +81,80 @@ __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float*
     for (int idx = tid; idx < w * w; idx += blockDim.x) T[idx] = Ts[idx];
 }
 
+// T of V = [V1 V2] from the T factors of its halves, one matrix per block: T12 = -T1 (V1^T V2) T2 (LAPACK slarft's
+// recurrence, as larft_from_gram_kernel applies it at every level), with V1^T V2 summed in FP32 over the rows from w1
+// down (V2 is zero above its row w1). Where both halves' panel kernels built their T, this replaces the Gram GEMM and
+// the whole recursive build of a 64-wide T.
+constexpr int MERGE_THREADS = 256;
+constexpr int MERGE_ROWS = 64;  // rows of V1 and V2 staged per step
+constexpr int MERGE_H = QR2_PANEL_MAX_W;
+constexpr int MERGE_PER = MERGE_H * MERGE_H / MERGE_THREADS;  // entries of X per thread: (lane, warp + 8 e)
+
+__global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
+                                                               int64_t v_bs, const float* t1, const float* t2,
+                                                               int64_t t_bs, float* t, int64_t out_bs) {
+    __shared__ float V1s[MERGE_ROWS][MERGE_H + 1];  // stride 33: a warp's rows (or columns) hit distinct banks
+    __shared__ float V2s[MERGE_ROWS][MERGE_H + 1];
+    __shared__ float X[MERGE_H][MERGE_H + 1];
+    __shared__ float T1s[MERGE_H][MERGE_H + 1];
+    __shared__ float T2s[MERGE_H][MERGE_H + 1];
+    const int64_t b = blockIdx.x;
+    const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
+    v += b * v_bs;
+    t1 += b * t_bs;
+    t2 += b * t_bs;
+    t += b * out_bs;
+    for (int idx = tid; idx < MERGE_H * MERGE_H; idx += MERGE_THREADS) {  // upper triangles, zeros elsewhere
+        const int r = idx % MERGE_H, c = idx / MERGE_H;
+        T1s[r][c] = r <= c && c < w1 ? t1[r + c * w1] : 0.f;
+        T2s[r][c] = r <= c && c < w2 ? t2[r + c * w2] : 0.f;
+    }
+    float acc[MERGE_PER] = {};
+    for (int r0 = w1; r0 < mr; r0 += MERGE_ROWS) {
+        __syncthreads();
+        for (int idx = tid; idx < MERGE_ROWS * MERGE_H; idx += MERGE_THREADS) {  // a warp reads 32 rows of a column
+            const int r = idx % MERGE_ROWS, c = idx / MERGE_ROWS, row = r0 + r;
+            V1s[r][c] = row < mr && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
+            V2s[r][c] = row < mr && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
+        }
+        __syncthreads();
+        for (int r = 0; r < MERGE_ROWS; ++r) {
+            const float a = V1s[r][i];
+#pragma unroll
+            for (int e = 0; e < MERGE_PER; ++e) acc[e] = fmaf(a, V2s[r][j0 + 8 * e], acc[e]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
+    __syncthreads();
+    // Y = X T2 (T2 upper triangular: l <= j), in place once every thread has its entries
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        const int j = j0 + 8 * e;
+        float y = 0.f;
+        for (int l = 0; l <= j; ++l) y = fmaf(X[i][l], T2s[l][j], y);
+        acc[e] = y;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
+    __syncthreads();
+    // T12 = -T1 Y (T1 upper triangular: l >= i), then T = [T1 T12; 0 T2], ld w1 + w2
+    const int w = w1 + w2;
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        const int j = j0 + 8 * e;
+        float s = 0.f;
+        for (int l = i; l < MERGE_H; ++l) s = fmaf(T1s[i][l], X[l][j], s);
+        if (i < w1 && j < w2) t[i + (int64_t)(w1 + j) * w] = -s;
+    }
+    for (int idx = tid; idx < w * w; idx += MERGE_THREADS) {
+        const int r = idx % w, c = idx / w;
+        if (r < w1 && c >= w1) continue;  // T12, above
+        t[idx] = r < w1 ? T1s[r][c] : c >= w1 ? T2s[r - w1][c - w1] : 0.f;
+    }
+}
+
 int check_cublas(cublasStatus_t st, const char* what) {
     if (st == CUBLAS_STATUS_SUCCESS) return 0;
     char detail[160];
@@ -688,4 +762,15 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
+}
+
+extern "C" int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, int64_t ldv, int64_t v_bs,
+                                  const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs,
+                                  void* stream) {
+    if (batch <= 0 || w1 <= 0 || w2 <= 0) return 0;
+    if (w1 > MERGE_H || w2 > MERGE_H) return qr2_record_error("merge_t", "a half wider than QR2_PANEL_MAX_W");
+    Qr2Launch how;
+    how.grid = dim3((unsigned)batch);
+    how.block = dim3(MERGE_THREADS);
+    return qr2_launch(merge_t_kernel, how, stream, "merge_t launch", mr, w1, w2, v, ldv, v_bs, t1, t2, t_bs, t, out_bs);
 }
