@@ -252,6 +252,36 @@ def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
     assert err.max() < max(1e-5, mr * 2.0 ** -24), err.max()
 
 
+@pytest.mark.parametrize("batch, mr, w, nc", [(200, 512, 32, 256), (200, 300, 64, 200), (3, 4000, 32, 500)], ids=str)
+def test_update_leaves_columns_it_does_not_change_bit_for_bit(batch, mr, w, nc):
+    """Columns of C that Q^T leaves as they are come back with the same bits: exact zero columns (whole 64-column
+    strips of them, and single ones among non-zero columns), and columns orthogonal to every reflector (zero in the
+    reflectors' rows, which are zero elsewhere). The other columns within FP32's bound of Q^T C."""
+    A = torch.randn(batch, mr, w, device="cuda", dtype=torch.float64)
+    A[:, 2 * w:] = 0.0  # reflectors zero below row 2w
+    H, tau = torch.geqrf(A)
+    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
+    T64 = _larft64(V64, tau)
+    C64 = torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64)
+    C64[..., 64:192] = 0.0  # two whole strips
+    C64[..., 5] = 0.0
+    C64[..., :2 * w, 200 % nc:] = 0.0  # from column 200 (or all, when nc <= 200): orthogonal to every reflector
+    unchanged = (C64 == 0).all(dim=-2)
+    unchanged[..., 200 % nc:] = True
+    C = _column_major(C64.float())
+    before = C.clone()
+    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))
+    V = _column_major(V64.float())
+    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
+    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau.float().contiguous().data_ptr(),
+                                T64.float().transpose(-1, -2).contiguous().data_ptr(), C.data_ptr(), work.data_ptr(),
+                                torch.cuda.current_blas_handle(), torch.cuda.current_device(), _stream()))
+    same = (C.view(torch.int32) == before.view(torch.int32)).all(dim=-2)
+    assert same[unchanged].all()
+    err = (C.double() - expected).abs().amax() / expected.abs().amax()
+    assert err < max(1e-5, mr * 2.0 ** -24), err
+
+
 @pytest.mark.parametrize("layout", ["row_major", "column_major", "transposed_slice", "batch_strided"])
 @pytest.mark.parametrize("batch,m,n", [(1, 1, 1), (3, 33, 65), (2, 100, 7), (70000, 2, 3)], ids=str)
 def test_transpose_copies_any_strides_into_column_major(layout, batch, m, n):

@@ -445,6 +445,10 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
             if (tid < NT) sw.scale[(item * splits + split) * NT + tid] = !col_scaled && wbits == 0u ? SCALE_ZERO : e;
             return;
         }
+        // W exactly zero (no column rescaled, so no product was flushed that a scaled pass would have kept): C += V (T^T
+        // W) would add zeros, so the strip keeps its bits without the second pass over it. Exact zero tails (rank-
+        // deficient inputs, columns already reduced) cost one read instead of two reads and a write.
+        if (!scaled && !__syncthreads_or(tid < ncs && wbits != 0u)) return;
         put_w(1.f);
     } else {  // W' and its per-column scales from wy_reduce_kernel
         const float* wq = sw.wq + item * (WMAX * NT);
