@@ -6,6 +6,7 @@ ABI), after which the operator is available as ``torch.ops.qr2.geqrf``.
 
 import ctypes
 import os
+import sys
 from typing import NamedTuple
 
 import torch
@@ -245,3 +246,8 @@ def _launch_counts():
 def _set_launch_replay(on):
     """Benchmarks only: False launches every kernel plainly, True (the default) replays cached graphs again."""
     _lib.qr2_launch_replay(1 if on else 0)
+
+
+# DTensor's sharding rules, where DTensor is already loaded (otherwise `import qr2_op.distributed` registers them)
+if "torch.distributed.tensor" in sys.modules:
+    from . import distributed  # noqa: E402,F401
