@@ -164,6 +164,30 @@ def _larft64(V, tau):
     return T
 
 
+def _reflectors64(A64):
+    """The explicit reflectors V (unit lower trapezoidal), tau and LAPACK's T of A64's QR, all FP64."""
+    H, tau = torch.geqrf(A64)
+    mr, w = A64.shape[-2:]
+    V64 = torch.tril(H, -1) + torch.eye(mr, w, device=A64.device, dtype=torch.float64)
+    return V64, tau, _larft64(V64, tau)
+
+
+def _update(V64, tau, T64, C, given_t=True):
+    """C <- Q^T C in place by qr2's update (column-major FP32 C; T given, or built by the update from V and tau);
+    returns Q^T C computed in FP64 from C as it was."""
+    batch, mr, w = V64.shape
+    nc = C.shape[-1]
+    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))
+    V = _column_major(V64.float())
+    tau32 = tau.float().contiguous()
+    T = T64.float().transpose(-1, -2).contiguous() if given_t else None  # column-major w x w
+    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
+    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau32.data_ptr(), T.data_ptr() if given_t else None,
+                                C.data_ptr(), work.data_ptr(), torch.cuda.current_blas_handle(),
+                                torch.cuda.current_device(), _stream()))
+    return expected
+
+
 @pytest.mark.parametrize("batch, mr, w1, w2", [(3, 64, 32, 32), (2, 200, 32, 32), (5, 1000, 24, 16), (1, 33, 32, 1),
                                               (4, 130, 16, 17), (2, 4096, 32, 32)])
 def test_merge_t_matches_lapack(batch, mr, w1, w2):
@@ -171,9 +195,7 @@ def test_merge_t_matches_lapack(batch, mr, w1, w2):
     FP64, with the halves' T factors given in FP32 with garbage below their diagonals (the merge reads only the upper
     triangles)."""
     w = w1 + w2
-    H, tau = torch.geqrf(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
-    T64 = _larft64(V64, tau)
+    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     pad = torch.randn(batch, w, w, device="cuda", dtype=torch.float64).tril(-1)
     halves = T64 + pad
     t1 = halves[:, :w1, :w1].float().transpose(-1, -2).contiguous()  # column-major, ld w1
@@ -205,18 +227,9 @@ def test_merge_t_matches_lapack(batch, mr, w1, w2):
 def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     """C <- Q^T C against FP64, with C's entries near 1, near 2^-120 (where tensor cores flush the products of
     subnormals) and near 2^100."""
-    H, tau = torch.geqrf(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
-    T64 = _larft64(V64, tau)
+    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
-    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))  # Q^T C
-    V = _column_major(V64.float())
-    tau32 = tau.float().contiguous()
-    T = T64.float().transpose(-1, -2).contiguous() if given_t else None  # column-major w x w
-    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
-    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau32.data_ptr(), T.data_ptr() if given_t else None,
-                                C.data_ptr(), work.data_ptr(), torch.cuda.current_blas_handle(),
-                                torch.cuda.current_device(), _stream()))
+    expected = _update(V64, tau, T64, C, given_t)
     err = (C.double() - expected).abs().amax() / expected.abs().amax()
     assert err < max(1e-5, mr * 2.0 ** -24), err  # FP32's bound for dot products of length mr
 
@@ -229,9 +242,7 @@ def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
     """Columns of very different magnitudes in one strip (LAPACK scales column by column): alternate columns near
     2^100 and 2^-70, an entry of 3.401e38 (just below FLT_MAX) in a column next to columns near 1, subnormal columns
     next to normal ones. Each column of C <- Q^T C within FP32's bound relative to that column, and finite."""
-    H, tau = torch.geqrf(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
-    T64 = _larft64(V64, tau)
+    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
     if columns == "2^100_and_2^-70":
         C64[..., 0::2] *= 2.0 ** 100
@@ -241,12 +252,7 @@ def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
     else:
         C64[..., 1::2] *= 2.0 ** -130
     C = _column_major(C64.float())
-    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))
-    V = _column_major(V64.float())
-    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
-    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau.float().contiguous().data_ptr(),
-                                T64.float().transpose(-1, -2).contiguous().data_ptr(), C.data_ptr(), work.data_ptr(),
-                                torch.cuda.current_blas_handle(), torch.cuda.current_device(), _stream()))
+    expected = _update(V64, tau, T64, C)
     assert torch.isfinite(C).all()
     err = (C.double() - expected).abs().amax(dim=-2) / expected.abs().amax(dim=-2)
     assert err.max() < max(1e-5, mr * 2.0 ** -24), err.max()
@@ -259,9 +265,7 @@ def test_update_leaves_columns_it_does_not_change_bit_for_bit(batch, mr, w, nc):
     reflectors' rows, which are zero elsewhere). The other columns within FP32's bound of Q^T C."""
     A = torch.randn(batch, mr, w, device="cuda", dtype=torch.float64)
     A[:, 2 * w:] = 0.0  # reflectors zero below row 2w
-    H, tau = torch.geqrf(A)
-    V64 = torch.tril(H, -1) + torch.eye(mr, w, device="cuda", dtype=torch.float64)
-    T64 = _larft64(V64, tau)
+    V64, tau, T64 = _reflectors64(A)
     C64 = torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64)
     C64[..., 64:192] = 0.0  # two whole strips
     C64[..., 5] = 0.0
@@ -270,12 +274,7 @@ def test_update_leaves_columns_it_does_not_change_bit_for_bit(batch, mr, w, nc):
     unchanged[..., 200 % nc:] = True
     C = _column_major(C64.float())
     before = C.clone()
-    expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))
-    V = _column_major(V64.float())
-    work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
-    _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau.float().contiguous().data_ptr(),
-                                T64.float().transpose(-1, -2).contiguous().data_ptr(), C.data_ptr(), work.data_ptr(),
-                                torch.cuda.current_blas_handle(), torch.cuda.current_device(), _stream()))
+    expected = _update(V64, tau, T64, C)
     same = (C.view(torch.int32) == before.view(torch.int32)).all(dim=-2)
     assert same[unchanged].all()
     err = (C.double() - expected).abs().amax() / expected.abs().amax()
