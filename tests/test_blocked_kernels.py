@@ -109,8 +109,10 @@ def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
     assert ok, msg
 
 
-# (m, batch): one block, a cluster of 3-16 blocks (256-row blocks from 2049 rows), and more clusters than one wave
-CHOLQR = [(64, 1), (300, 3), (2000, 1), (2049, 2), (4096, 2), (300, 300)]
+# (m, batch): one block, a cluster of 3-16 blocks (256-row blocks from 2049 rows), and batches whose 256-row clusters
+# need more waves of SMs than 512-row ones, which take the 512-row blocks (300 x 300: one block a matrix; 80 x 1000 and
+# 40 x 1500: clusters of 2 and 4)
+CHOLQR = [(64, 1), (300, 3), (2000, 1), (2049, 2), (4096, 2), (300, 300), (1000, 80), (1500, 40)]
 
 
 @pytest.mark.parametrize("m,batch", CHOLQR, ids=str)
@@ -134,21 +136,25 @@ def test_cholqr_panel_matches_lapack(m, batch):
     assert torch.all(torch.tril(T, -1) == 0)
 
 
-def test_cholqr_panel_leaves_what_its_guard_rejects():
+@pytest.mark.parametrize("copies", [1, 10], ids=["256_row_blocks", "512_row_blocks"])
+def test_cholqr_panel_leaves_what_its_guard_rejects(copies):
     """A zero column, a NaN, an upper triangular panel (LAPACK's tau = 0): those matrices are left exactly as they were
     and flagged 0. Two equal columns are rejected or, where FP64 rounding left their Gram matrix positive definite and
-    the second pass near I, factored correctly. The others are factored."""
+    the second pass near I, factored correctly. The others are factored. Six matrices, or ten copies of them (60
+    clusters of 512-row blocks fit one wave where 256-row ones need two)."""
     A = torch.randn(6, 600, 32, device="cuda")
     A[1, :, 3] = 0.0
     A[2, :, 7] = A[2, :, 6]
     A[3, 100, 9] = float("nan")
     A[4] = torch.triu(A[4])
+    A = A.repeat(copies, 1, 1)
     H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
     flags = flags.tolist()
-    assert flags[0] == flags[5] == 1 and flags[1] == flags[3] == flags[4] == 0
-    for b in [b for b in range(6) if flags[b] == 0]:
+    for c in range(0, 6 * copies, 6):
+        assert flags[c] == flags[c + 5] == 1 and flags[c + 1] == flags[c + 3] == flags[c + 4] == 0
+    for b in [b for b in range(6 * copies) if flags[b] == 0]:
         assert torch.equal(torch.nan_to_num(H[b], nan=7.0), torch.nan_to_num(A[b], nan=7.0))
-    good = [b for b in range(6) if flags[b] == 1]
+    good = [b for b in range(6 * copies) if flags[b] == 1]
     ok, msg = check_implementation(A[good], (H[good], tau[good]))
     assert ok, msg
 
@@ -217,11 +223,13 @@ def test_merge_t_matches_lapack(batch, mr, w1, w2):
 
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])
 @pytest.mark.parametrize("given_t", [False, True], ids=["t_from_gram", "t_given"])
-# fewer 32-column strips than SMs take cuBLAS's FP32 GEMMs, the others the tensor-core kernel (64- and 32-column
-# strips, w up to 64 and w = 128 in two blocks); fewer than two 64-column strips per SM with rows to spare split the
-# rows over blocks (8 x 3000 x 32, 3 x 2000 x 64, 4 x 1030 x 48)
+# fewer 32-column strips than SMs with under 512 or over 4096 rows take cuBLAS's FP32 GEMMs (1 x 40, 3 x 300, 5 x 64,
+# 1 x 5000), the others the tensor-core kernel (64- and 32-column strips, w up to 64 and w = 128 in two blocks); fewer
+# than two 32-column strips per SM with rows to spare split the rows over blocks (2 x 1000 x 64, 2 x 513 x 128,
+# 1 x 3000 x 32, 8 x 3000 x 32, 3 x 2000 x 64, 4 x 1030 x 48)
 @pytest.mark.parametrize("batch,mr,w,nc", [(1, 40, 8, 5), (3, 300, 32, 200), (2, 1000, 64, 33), (2, 513, 128, 700),
-                                           (5, 64, 1, 1), (1, 3000, 32, 1000), (200, 40, 8, 5), (40, 300, 32, 200),
+                                           (5, 64, 1, 1), (1, 3000, 32, 1000), (1, 5000, 32, 100), (200, 40, 8, 5),
+                                           (40, 300, 32, 200),
                                            (150, 1000, 64, 33), (20, 513, 128, 700), (300, 64, 1, 1),
                                            (8, 3000, 32, 1000), (3, 2000, 64, 2000), (4, 1030, 48, 1500)], ids=str)
 def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):

@@ -6,7 +6,7 @@
 // is a few block-wide products on FP64 tensor cores and a few 32 x 32 steps, spread over a cluster of up to 16
 // blocks, so one matrix's panel keeps many SMs busy and its critical path does not grow with the panel's height.
 //
-// A cluster of C blocks holds the panel's m rows (at most ROWS a block) in shared memory as FP64, and per matrix:
+// A cluster of C blocks holds the panel's m rows (at most 256 or 512 a block) in shared memory as FP64, and per matrix:
 //   1. G1 = P^T P (DMMA; each entry of the blocks' partials summed by one block in rank order and stored into every
 //      block, so all get the same bits), normalised by its diagonal D, Cholesky R~ (R1 = R~ D), R1^-1;
 //   2. Y = P R1^-1 and G2 = Y^T Y, summed into block 0. The guard: every pivot positive and finite, |G2 - I| <=
@@ -34,7 +34,8 @@ constexpr int THREADS = 256;
 constexpr int NWARPS = THREADS / 32;
 constexpr int LD = 36;               // FP64 row stride: the DMMA fragments' 16 lanes hit 16 distinct 8-byte banks
 constexpr int MAX_CLUSTER = 16;      // non-portable cluster size
-constexpr int ROWS = 256;            // rows a block holds at most (one block an SM)
+constexpr int ROWS = 256;            // rows a block holds at most (one block an SM) ...
+constexpr int WIDE_ROWS = 512;       // ... or, where that saves waves of SMs, this many (215 KB of shared memory)
 constexpr double GUARD_G2 = 0.25;    // |G2 - I| entrywise: how far from orthogonal the first pass's Q may be
 constexpr double EXACT_G2 = 1e-10;   // |G2 - I| below this: R2 = I to far better than FP32, the second pass is skipped
 constexpr unsigned FULL = 0xffffffffu;
@@ -235,10 +236,12 @@ __device__ void warp_signed_lu(double* z, double* s, int lane) {
     __syncwarp();
 }
 
+// BLOCK_ROWS: the rows a block holds at most.
+template <int BLOCK_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
     extern __shared__ __align__(16) unsigned char smem[];
     double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
-    Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * ROWS * LD);
+    Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * BLOCK_ROWS * LD);
     double* x = sm.part[0];  // block 0's scratch, once the partial Gram matrices are summed
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), q = (int)cluster.block_rank();
@@ -255,18 +258,18 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     // the block's rows into shared memory, zeros to the next multiple of 8 (every load issued before the stores)
     {
         unsigned below = 0u;
-        float in[W / NWARPS][ROWS / 32];
+        float in[W / NWARPS][BLOCK_ROWS / 32];
 #pragma unroll
         for (int u = 0; u < W / NWARPS; ++u)
 #pragma unroll
-            for (int k = 0; k < ROWS / 32; ++k) {
+            for (int k = 0; k < BLOCK_ROWS / 32; ++k) {
                 const int c = warp + NWARPS * u, i = lane + 32 * k;
                 in[u][k] = i < rows ? panel[(int64_t)c * a.ldh + row0 + i] : 0.f;
             }
 #pragma unroll
         for (int u = 0; u < W / NWARPS; ++u)
 #pragma unroll
-            for (int k = 0; k < ROWS / 32; ++k) {
+            for (int k = 0; k < BLOCK_ROWS / 32; ++k) {
                 const int c = warp + NWARPS * u, i = lane + 32 * k;
                 if (i < rows8) X[i * LD + c] = (double)in[u][k];
                 if (in[u][k] != 0.f && row0 + i > c) below |= 1u << c;  // NaN counts as non-zero
@@ -395,39 +398,57 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     }
 }
 
-constexpr size_t smem_bytes() { return sizeof(double) * ROWS * LD + sizeof(Small); }
+constexpr size_t smem_bytes(int block_rows) { return sizeof(double) * block_rows * LD + sizeof(Small); }
 
-// Blocks per matrix: the fewest (a power of two) that hold the rows. Spreading a panel over more, smaller blocks
-// measured slower at every batch (H200, docs/tuning.md): 128-row blocks, two an SM, with the cluster doubled while
-// the batch left SMs idle, took 60 x 1024 x 1024 to 6.27 ms against 5.29 and 8 x 2048 x 2048 to 7.63 against 7.16.
-int blocks_per_matrix(int64_t m) {
+// Blocks per matrix: the fewest (a power of two) that hold the rows at block_rows a block; 0 where none do. Spreading
+// a panel over more, smaller blocks measured slower at every batch (H200, docs/tuning.md): 128-row blocks, two an SM,
+// with the cluster doubled while the batch left SMs idle, took 60 x 1024 x 1024 to 6.27 ms against 5.29 and
+// 8 x 2048 x 2048 to 7.63 against 7.16.
+int blocks_per_matrix(int64_t m, int block_rows) {
     int c = 1;
-    while (c < MAX_CLUSTER && (m + c - 1) / c > ROWS) c *= 2;
-    return (m + c - 1) / c <= ROWS ? c : 0;
+    while (c < MAX_CLUSTER && (m + c - 1) / c > block_rows) c *= 2;
+    return (m + c - 1) / c <= block_rows ? c : 0;
 }
 
-int launch(const qr2_panel_job* a, int* done, int c, void* stream) {
+// The rows a block of this launch holds: WIDE_ROWS where the batch's clusters of ROWS-row blocks need more waves of
+// SMs than those of WIDE_ROWS-row blocks (one block an SM either way), else ROWS, whose more blocks a matrix shorten
+// the block-wide products. H200 (docs/results/2026-12-02-h200-update-waves.txt): 512-row blocks took 60 x 1024 5.39
+// -> 4.68 ms and 100 x 768 4.29 -> 3.73, but where 256-row clusters fit one wave they lost (8 x 2048 7.25 -> 7.60,
+// 2 x 4096 15.5 -> 16.3, 1 x 3000^2 8.3 -> 8.9).
+int block_rows_for(int64_t batch, int64_t m, const qr2_device* dev) {
+    const int narrow = blocks_per_matrix(m, ROWS), wide = blocks_per_matrix(m, WIDE_ROWS);
+    if (wide == 0 || smem_bytes(WIDE_ROWS) > (size_t)dev->smem_optin) return ROWS;
+    auto waves = [&](int per_matrix) { return (batch * per_matrix + dev->sms - 1) / dev->sms; };
+    return narrow == 0 || waves(wide) < waves(narrow) ? WIDE_ROWS : ROWS;
+}
+
+template <int BLOCK_ROWS>
+int launch(const qr2_panel_job* a, int* done, void* stream) {
+    const int c = blocks_per_matrix(a->m, BLOCK_ROWS);
     if (c > 8)
-        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel<BLOCK_ROWS>,
+                                            cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                        "panel_cholqr cluster size");
     Qr2Launch how;
     how.grid = dim3((unsigned)(a->batch * c));
     how.block = dim3(THREADS);
-    how.smem = smem_bytes();
+    how.smem = smem_bytes(BLOCK_ROWS);
     how.cluster = (unsigned)c;
-    return qr2_launch(panel_cholqr_kernel, how, stream, "panel_cholqr launch", *a, done);
+    return qr2_launch(panel_cholqr_kernel<BLOCK_ROWS>, how, stream, "panel_cholqr launch", *a, done);
 }
 
 }  // namespace
 
 extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
-    const int c = blocks_per_matrix(m);
-    return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem_bytes() <= (size_t)dev->smem_optin;
+    const int c = blocks_per_matrix(m, ROWS);
+    return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem_bytes(ROWS) <= (size_t)dev->smem_optin;
 }
 
 extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2_device* dev, void* stream) {
     if (a->batch <= 0) return 0;
     if (!qr2_panel_cholqr_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr", "panel shape not held");
-    // block 0 holds the top 32 rows: a panel has at least 64, and past 256 the fewest blocks hold more than 128 each
-    return launch(a, done, blocks_per_matrix(a->m), stream);
+    // block 0 holds the top 32 rows: a panel has at least 64, and past a block's rows the fewest blocks hold more
+    // than half of them each
+    if (block_rows_for(a->batch, a->m, dev) == WIDE_ROWS) return launch<WIDE_ROWS>(a, done, stream);
+    return launch<ROWS>(a, done, stream);
 }

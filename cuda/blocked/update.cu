@@ -19,6 +19,7 @@
 #include "reduce.cuh"
 #include "tf32x3.cuh"
 
+#include <atomic>
 #include <type_traits>
 
 namespace {
@@ -30,7 +31,9 @@ constexpr int STAGES = 3;     // chunks in flight
 constexpr int UPDATE_W = 64;  // widest block one kernel applies; wider ones go in pieces
 constexpr int MAX_SPLITS = 64;          // row splits of one strip's update
 constexpr int SPLIT_MIN_ROWS = 8 * KC;  // rows of a partial W, at least
-constexpr int APPLY_ROWS = 8 * KC;      // rows of one apply block
+constexpr int SPLIT_MAX_ROWS = 4096;    // taller updates with few strips go to cuBLAS (qr2_update_run)
+constexpr int APPLY_ROWS = 8 * KC;      // rows of one apply block, at most
+constexpr int SPLIT_WAVE_BLOCKS = 4;    // blocks per SM a wave of the split update counts, at most (the workspace's bound)
 constexpr int REDUCE_THREADS = 256;
 constexpr int SCALE_ZERO = INT_MIN / 2;  // a partial W's column that is exactly zero: no scale to take part in the sum
 
@@ -639,20 +642,53 @@ int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, voi
 }
 
 
-// Row splits: 1 while 32-column strips give every SM two blocks; else enough 64-column strips x splits for four
-// blocks per SM, each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per strip walked all rows
-// with SMs idle).
-int update_splits(int64_t batch, int mr, int nc, const qr2_device* dev) {
+// Thread blocks of one PART of the split update that an SM holds at once (registers, shared memory, threads), per
+// instantiation; at most SPLIT_WAVE_BLOCKS.
+template <int WMAX, bool VEC, WyPart PART>
+int update_blocks_per_sm(const qr2_device* dev) {
+    static std::atomic<int> regs{-1};
+    if (regs.load(std::memory_order_relaxed) < 0) {
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, wy_update_kernel<WMAX, 64, VEC, PART>) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return SPLIT_WAVE_BLOCKS;  // what the launch bounds promise for the 32-wide form
+        }
+        regs.store(fa.numRegs, std::memory_order_relaxed);
+    }
+    using S = WyUpdateShape<WMAX, 64>;
+    const int per_thread = (regs.load(std::memory_order_relaxed) + 7) / 8 * 8;  // allocated in eights
+    const int by_regs = 65536 / (per_thread * UPDATE_THREADS);
+    const int by_smem = (dev->smem_optin + 1024) / (S::floats * (int)sizeof(float) + 5 * 64 * 4 + 1024);
+    int blocks = by_regs < by_smem ? by_regs : by_smem;
+    if (blocks > SPLIT_WAVE_BLOCKS) blocks = SPLIT_WAVE_BLOCKS;
+    return blocks < 1 ? 1 : blocks;
+}
+
+// Row splits: 1 while 32-column strips give every SM two blocks; else as many splits of each 64-column strip as one
+// wave of the partial-W kernel holds (a second wave with a few blocks costs nearly as much as a full one: 2 x 4096
+// had 590 blocks for 528 places), each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per
+// strip walked all rows with SMs idle).
+int update_splits(int64_t batch, int mr, int nc, int per_sm, const qr2_device* dev) {
     if (batch * ((nc + 31) / 32) >= 2 * (int64_t)dev->sms) return 1;
     const int64_t items = batch * ((nc + 63) / 64);
-    int64_t s = (4 * (int64_t)dev->sms + items - 1) / items;
+    int64_t s = per_sm * (int64_t)dev->sms / items;
     if (s > mr / SPLIT_MIN_ROWS) s = mr / SPLIT_MIN_ROWS;
     if (s > MAX_SPLITS) s = MAX_SPLITS;
     return s < 2 ? 1 : (int)s;
 }
 
+// Rows of one apply block: at most APPLY_ROWS, and the blocks as close below a whole number of waves as KC-row
+// multiples allow.
+int apply_rows(int64_t items, int mr, int per_sm, const qr2_device* dev) {
+    const int64_t places = per_sm * (int64_t)dev->sms;
+    const int64_t fewest = items * ((mr + APPLY_ROWS - 1) / APPLY_ROWS);
+    const int64_t per_item = (fewest + places - 1) / places * places / items;  // >= the fewest splits of a strip
+    const int64_t rows = (mr + per_item - 1) / per_item;
+    return (int)((rows + KC - 1) / KC * KC);
+}
+
 template <int WMAX>
-int split_update(const WyArgs& a, int splits, const WySplitWork& sw, void* stream) {
+int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_device* dev, void* stream) {
     const int split_rows = ((a.mr + splits - 1) / splits + KC - 1) / KC * KC;
     if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
     const int64_t strips = (a.nc + 63) / 64;
@@ -662,7 +698,8 @@ int split_update(const WyArgs& a, int splits, const WySplitWork& sw, void* strea
     if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
                    (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.ldt, a.t_bs, sw))
         return 1;
-    return launch_wy_update<WMAX, 64, WyPart::apply>(a, APPLY_ROWS, sw, stream);
+    const int per_sm = update_blocks_per_sm<WMAX, true, WyPart::apply>(dev);
+    return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * strips, a.mr, per_sm, dev), sw, stream);
 }
 
 // The split update's regions for `parts` partial W's of wmax x 64 (see split_floats).
@@ -677,10 +714,15 @@ WySplitWork split_work(float* base, int64_t parts, int wmax, const qr2_device* d
 
 // 64-column strips; 32 where 64 would leave fewer than two blocks per SM and rows are too few to split.
 int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
-    const int splits = update_splits(a.batch, a.mr, a.nc, dev);
     const int wmax = a.w <= 32 ? 32 : 64;
+    const bool few = a.batch * ((a.nc + 31) / 32) < 2 * (int64_t)dev->sms;  // only then may rows be split
+    const int per_sm = !few ? 0
+                       : wmax == 32 ? update_blocks_per_sm<32, true, WyPart::partial_w>(dev)
+                                    : update_blocks_per_sm<64, true, WyPart::partial_w>(dev);
+    const int splits = update_splits(a.batch, a.mr, a.nc, per_sm, dev);
     const WySplitWork sw = split_work(split_base, a.batch * ((a.nc + 63) / 64) * splits, wmax, dev);
-    if (splits > 1) return wmax == 32 ? split_update<32>(a, splits, sw, stream) : split_update<64>(a, splits, sw, stream);
+    if (splits > 1)
+        return wmax == 32 ? split_update<32>(a, splits, sw, dev, stream) : split_update<64>(a, splits, sw, dev, stream);
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
     if (a.w <= 32) {
         if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
@@ -736,8 +778,12 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     float* G = a->work;
     float* Tw = G + (int64_t)w * w;
     const int64_t ws = a->work_bs;
-    // fewer 32-column strips than SMs: a few tall matrices, where one block per strip would walk all mr rows alone
-    const bool few_strips = a->batch * ((a->nc + 31) / 32) < dev->sms;
+    // Fewer 32-column strips than SMs and rows too few to split over blocks, or so many that the partial W's would
+    // be summed from more than 16 splits (wy_reduce_kernel adds them one after another): cuBLAS, which splits K. H200:
+    // the split update took 2 x 4096 16.6 -> 15.4 ms, 1 x 4096^2 13.7 -> 12.9, 4 x 1500 x 1000 2.91 -> 2.72, and
+    // lost 1 x 100000 x 256 8.1 -> 8.3 (docs/results/2026-12-02-h200-update-waves.txt).
+    const bool few_strips = a->batch * ((a->nc + 31) / 32) < dev->sms &&
+                            (mr < 2 * SPLIT_MIN_ROWS || mr > SPLIT_MAX_ROWS);
     if (T == nullptr || few_strips) {
         // torch's handle carries torch's math mode (TF32 when torch allows it); qr2 picks its own.
         if (check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")) return 1;
