@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-__all__ = ["geqrf", "configs", "config_for", "device_of", "Device", "H200"]
+__all__ = ["geqrf", "qr", "configs", "config_for", "device_of", "Device", "H200"]
 
 _LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libqr2.so")
 if not os.path.exists(_LIB_PATH):
@@ -247,6 +247,8 @@ def _set_launch_replay(on):
     """Benchmarks only: False launches every kernel plainly, True (the default) replays cached graphs again."""
     _lib.qr2_launch_replay(1 if on else 0)
 
+
+from .linalg import qr  # noqa: E402  (Q and R, as torch.linalg.qr)
 
 # DTensor's sharding rules, where DTensor is already loaded (otherwise `import qr2_op.distributed` registers them)
 if "torch.distributed.tensor" in sys.modules:

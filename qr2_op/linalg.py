@@ -1,0 +1,55 @@
+"""qr2_op.qr: Q and R of a batch of matrices, a drop-in for ``torch.linalg.qr`` built on qr2.geqrf.
+
+R comes from qr2.geqrf's H (its upper triangle); Q is formed from H and tau by
+``torch.linalg.householder_product`` (LAPACK orgqr; cuSOLVER on CUDA, one call per matrix), not yet by qr2's kernels.
+"""
+import torch
+
+__all__ = ["qr"]
+
+_MODES = ("reduced", "complete", "r")
+
+
+def _column_major_like(x, sizes):
+    """An uninitialised tensor of `sizes` on x's device and dtype, column-major inside each matrix (torch.linalg.qr's
+    layout of Q and R)."""
+    return x.new_empty((*sizes[:-2], sizes[-1], sizes[-2])).transpose(-2, -1)
+
+
+def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
+    """QR decomposition A = Q R of every matrix of a batch, as ``torch.linalg.qr``: same shapes, strides (column-major
+    inside each matrix) and signs (LAPACK's: R's diagonal may be negative).
+
+    Args:
+        A: tensor of shape ``(*, m, n)``, any strides; never modified.
+        mode: ``"reduced"`` (Q ``(*, m, k)``, R ``(*, k, n)``, k = min(m, n)), ``"complete"`` (Q ``(*, m, m)``,
+            R ``(*, m, n)``) or ``"r"`` (R only; Q is an empty tensor).
+
+    R is the upper triangle of qr2.geqrf's H, bit for bit. Q is ``torch.linalg.householder_product`` of H and tau.
+    Where A requires grad under grad mode the call is ``torch.linalg.qr`` itself, whose backward qr2.geqrf lacks.
+    """
+    if not isinstance(A, torch.Tensor):
+        raise TypeError(f"qr2.qr: expected a Tensor, got {type(A).__name__}")
+    if mode not in _MODES:
+        raise RuntimeError(f"qr2.qr: expected mode 'reduced', 'complete' or 'r', got {mode!r}")
+    if A.dim() < 2:
+        raise RuntimeError(f"qr2.qr: expected a tensor of shape (*, m, n) with at least 2 dimensions, got {A.dim()} "
+                           "dimension(s)")
+    if A.requires_grad and torch.is_grad_enabled():
+        return torch.linalg.qr(A, mode=mode)
+    H, tau = torch.ops.qr2.geqrf(A)
+    *batch, m, n = A.shape
+    k = min(m, n)
+    rows = m if mode == "complete" else k
+    R = torch.tril(H.mT[..., :rows]).mT  # tril of the row-major (n, rows) copy: R column-major, one copy
+    if mode == "r":
+        return H.new_empty(0), R
+    if mode == "reduced" or m <= n:
+        return torch.linalg.householder_product(H[..., :, :k], tau), R
+    # complete with m > n: the m - n reflectors past the last column are the identity (tau = 0)
+    Hc = _column_major_like(H, (*batch, m, m))
+    Hc[..., :n] = H
+    Hc[..., n:] = 0
+    tau_c = tau.new_zeros((*batch, m))
+    tau_c[..., :n] = tau
+    return torch.linalg.householder_product(Hc, tau_c), R
