@@ -57,7 +57,7 @@ from typing import Callable
 import torch
 
 import reference
-from reference import benchmark_count, check_implementation, combine_seed, generate_input
+from reference import benchmark_count, check_implementation, check_qr, combine_seed, generate_input
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -155,6 +155,29 @@ IMPLS: dict[str, Callable[[], Callable]] = {
     "floor": _qr2_geqrf,  # --floor: qr2_op.geqrf with its route forced to the empty kernel (see run_benchmark_case)
 }
 PUBLIC_IMPLS = ("qr2", "torch")
+
+
+def _qr2_qr() -> Callable:
+    import qr2_op
+
+    return qr2_op.qr
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """An operation benchmark.py times: its implementations (name -> loader of the callable) and the check each output
+    must pass, (A, output) -> (ok, message)."""
+
+    impls: dict
+    check: Callable
+    torch_name: str
+
+
+# --op: geqrf (QR2's problem, (H, tau)) or qr (torch.linalg.qr's (Q, R), mode "reduced"), under the same rules
+OPS = {
+    "geqrf": Op(IMPLS, check_implementation, "torch.geqrf"),
+    "qr": Op({"qr2": _qr2_qr, "torch": lambda: torch.linalg.qr}, check_qr, "torch.linalg.qr"),
+}
 # Implementations timed but not judged: their outputs are checked for the checker's time only (QR2's loop must run
 # it between repeats), never for a verdict, and they stay out of the pass count and the speedups.
 UNJUDGED_IMPLS = ("floor",)
@@ -280,17 +303,18 @@ class Checker:
     """Checks outputs, remembers the first failure and the worst of each scaled residual. An unjudged checker runs
     the same check for its time only and answers True."""
 
-    def __init__(self, result: CaseResult, judged: bool = True):
+    def __init__(self, result: CaseResult, judged: bool = True, check: Callable = check_implementation):
         self.result = result
         self.judged = judged
+        self.run_check = check
 
     def check(self, A: torch.Tensor, output) -> bool:
         if not self.judged:  # only the check's time counts (it is handed a real factorisation, see run_benchmark_case)
-            check_implementation(A, output)
+            self.run_check(A, output)
             self.result.checks += 1
             self.result.message = "not judged: the empty kernel's outputs are not a factorisation"
             return True
-        ok, message = check_implementation(A, output)
+        ok, message = self.run_check(A, output)
         self.result.checks += 1
         self.result.message = message
         if not ok:
@@ -311,7 +335,7 @@ def make_inputs(case: Case, device: str) -> list[torch.Tensor]:
     return inputs
 
 
-def run_test_case(impl: str, fn: Callable, case: Case, device: str) -> CaseResult:
+def run_test_case(impl: str, fn: Callable, case: Case, device: str, check: Callable = check_implementation) -> CaseResult:
     """Test mode: one input with the spec seed, one call on a clone, one check."""
     result = CaseResult(impl, "pass")
     try:
@@ -319,19 +343,20 @@ def run_test_case(impl: str, fn: Callable, case: Case, device: str) -> CaseResul
         synchronize(device)
         output = fn(A.clone())
         synchronize(device)
-        Checker(result).check(A, output)
+        Checker(result, check=check).check(A, output)
     except Exception as exc:  # a crash is a failed test, not a crashed harness
         result.status, result.message = "fail", f"raised {type(exc).__name__}: {exc}"
     return result
 
 
 def run_benchmark_case(
-    impl: str, fn: Callable, case: Case, device: str, *, recheck: bool, max_repeats: int, budget_ns: float
+    impl: str, fn: Callable, case: Case, device: str, *, recheck: bool, max_repeats: int, budget_ns: float,
+    check: Callable = check_implementation,
 ) -> CaseResult:
     """Benchmark and leaderboard modes: QR2's timed loop for one case (see the module docstring)."""
     judged = impl not in UNJUDGED_IMPLS
     result = CaseResult(impl, "pass" if judged else "unjudged")
-    checker = Checker(result, judged)
+    checker = Checker(result, judged, check)
     try:
         inputs = make_inputs(case, device)
         # the floor's outputs are uninitialised: it checks real factorisations instead, so that its recheck (and the
@@ -553,6 +578,7 @@ def write_json(path: str, env: dict, cases: list[Case], table, impls: list[str],
         "environment": env,
         "impls": impls,
         "settings": {
+            "op": args.op,
             "mode_rules": dataclasses.asdict(rules) if rules else None,
             "max_repeats": {impl: repeats_for(impl, rules.repeats, args) for impl in impls} if rules else None,
             "secret_seed": args.secret_seed,
@@ -611,15 +637,21 @@ def write_plot(path: str, cases: list[Case], table, impls: list[str], env: dict)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description="Time and check a geqrf implementation under GPU MODE QR2's rules.",
+        description="Time and check a geqrf (or qr) implementation under GPU MODE QR2's rules.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Custom cases: --case batch,n,cond,profile,seed (profiles: " + ", ".join(reference.CASE_NAMES) + ").",
     )
     p.add_argument("--mode", choices=MODES, default="benchmark", help="test: the 22 QR2 tests, checked once; benchmark: the 12 ranked cases, "
                    "up to 200 repeats / 10 s each; leaderboard: the scored run, up to 1000 repeats / 30 s each, "
                    "stops at the first failure (default: benchmark)")
-    p.add_argument("--impl", default="qr2", help="implementation: qr2 (qr2_op.geqrf, default) or torch (torch.geqrf)")
-    p.add_argument("--compare", action="store_true", help="time torch.geqrf too, case by case, and report speedups")
+    p.add_argument("--op", choices=tuple(OPS), default="geqrf",
+                   help="geqrf: (H, tau), QR2's problem (default); qr: (Q, R) as torch.linalg.qr returns them (mode "
+                        "\"reduced\"), checked by the same gates on that Q and R")
+    p.add_argument("--impl", default="qr2", help="implementation: qr2 (qr2_op.geqrf, or qr2_op.qr with --op qr; default) "
+                   "or torch (torch.geqrf, or torch.linalg.qr)")
+    p.add_argument("--compare", action="store_true",
+                   help="time torch's op too (torch.geqrf, or torch.linalg.qr with --op qr), case by case, and report "
+                        "speedups")
     p.add_argument("--case", action="append", default=[], metavar="B,N,COND,PROFILE,SEED",
                    help="run this case instead of the mode's list (repeatable)")
     p.add_argument("--max-repeats", type=int, metavar="N", help="cap the timed repeats of every run")
@@ -640,8 +672,10 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.impl not in IMPLS or args.impl in UNJUDGED_IMPLS:
+    if args.impl not in OPS[args.op].impls or args.impl in UNJUDGED_IMPLS:
         parser.error(f"--impl must be one of {', '.join(PUBLIC_IMPLS)}")
+    if args.floor and args.op != "geqrf":
+        parser.error("--floor times qr2.geqrf's empty kernel: it goes with --op geqrf")
     if args.compare and args.impl == "torch":
         parser.error("--compare times --impl against torch; leave --impl at qr2")
     if args.floor and (args.mode == "test" or args.cpu or not torch.cuda.is_available()):
@@ -676,6 +710,7 @@ def run_warmups(fns: dict, cases: list[Case], device: str, rules: ModeRules, arg
             result = run_benchmark_case(
                 impl, fn, case, device, recheck=False,
                 max_repeats=repeats_for(impl, rules.warmup_repeats, args), budget_ns=rules.warmup_budget_ns,
+                check=OPS[args.op].check,
             )
             runs = result.stats.runs if result.stats else 0
             print(f"warm-up {impl:<7} {case.label:<24} {runs} run(s) {result.status}", flush=True)
@@ -695,11 +730,12 @@ def run_cases(fns: dict, cases: list[Case], device: str, mode: str, args) -> lis
                 results[impl] = CaseResult(impl, "skipped", message="an earlier case failed")
                 continue
             if rules is None:
-                result = run_test_case(impl, fn, case, device)
+                result = run_test_case(impl, fn, case, device, OPS[args.op].check)
             else:
                 result = run_benchmark_case(
                     impl, fn, case, device, recheck=True,
                     max_repeats=repeats_for(impl, rules.repeats, args), budget_ns=rules.budget_ns,
+                    check=OPS[args.op].check,
                 )
                 if result.status == "fail" and rules.stop_at_first_failure:
                     stopped.add(impl)
@@ -727,12 +763,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     impls = ([args.impl, "torch"] if args.compare else [args.impl]) + (["floor"] if args.floor else [])
-    fns = {impl: IMPLS[impl]() for impl in impls}
+    fns = {impl: OPS[args.op].impls[impl]() for impl in impls}
     cases = apply_secret_seed(args.cases or default_cases(args.mode), args.secret_seed)
     timed = args.mode != "test"
     env = environment(device, args.mode, argv)
 
-    print(f"qr2 benchmark: mode={args.mode} impls={','.join(impls)} cases={len(cases)} device={env['gpu']}"
+    print(f"qr2 benchmark: op={args.op} mode={args.mode} impls={','.join(impls)} cases={len(cases)} device={env['gpu']}"
           + (f" secret-seed={args.secret_seed}" if args.secret_seed is not None else ""), flush=True)
     if device == "cpu":
         print("NOTE: CPU run: times come from time.perf_counter on the CPU (no CUDA events, no L2 flush); "

@@ -338,6 +338,21 @@ def _tensor_problem(name: str, value, shape: tuple, device: torch.device) -> str
     return None
 
 
+def _output_problem(A: torch.Tensor, output, names: tuple[str, str], shapes) -> str | None:
+    """Why `output` is not a tuple of two finite FP32 tensors on A's device with the shapes
+    shapes(batch_dims, m, n, min(m, n)) gives, or None if it is. A must be a non-empty (*batch, m, n) tensor."""
+    if A.dim() < 2 or A.numel() == 0:
+        raise ValueError(f"A must be a non-empty (*batch, m, n) tensor, got shape {tuple(A.shape)}")
+    if not isinstance(output, tuple) or len(output) != 2:
+        return f"output must be a tuple `({names[0]}, {names[1]})`"
+    *batch_dims, m, n = A.shape
+    for name, value, shape in zip(names, output, shapes(tuple(batch_dims), m, n, min(m, n))):
+        problem = _tensor_problem(name, value, shape, A.device)
+        if problem is not None:
+            return problem
+    return None
+
+
 def check_implementation(A: torch.Tensor, output) -> tuple[bool, str]:
     """Check a geqrf-style output ``(H, tau)`` for the input ``A``: returns (ok, message).
 
@@ -349,30 +364,15 @@ def check_implementation(A: torch.Tensor, output) -> tuple[bool, str]:
     batch maximum of ||Q^T Q - I_k||_1 must be <= 100 n eps32. For square input these are exactly
     QR2's gates, and the messages are QR2's.
     """
-    if A.dim() < 2 or A.numel() == 0:
-        raise ValueError(f"A must be a non-empty (*batch, m, n) tensor, got shape {tuple(A.shape)}")
-    *batch_dims, m, n = A.shape
-    k = min(m, n)
-    # Rectangular inputs: a Householder QR of an m x n matrix has errors that grow with both
-    # dimensions (the reflectors have length up to m, there are k of them, and ||.||_1 sums over
-    # up to max(m, n) entries), so the tolerance uses n_eff = max(m, n). Square: n_eff = n.
-    n_eff = max(m, n)
-    factor_rtol = relative_tolerance(n_eff, FACTOR_TOL_MULTIPLIER)
-    orth_rtol = relative_tolerance(n_eff, ORTH_TOL_MULTIPLIER)
-
-    if not isinstance(output, tuple) or len(output) != 2:
-        return False, "output must be a tuple `(H, tau)`"
-    H, tau = output
-    problem = _tensor_problem("H", H, tuple(A.shape), A.device)
-    if problem is None:
-        problem = _tensor_problem("tau", tau, (*batch_dims, k), A.device)
+    problem = _output_problem(A, output, ("H", "tau"), lambda b, m, n, k: ((*b, m, n), (*b, k)))
     if problem is not None:
         return False, problem
-
+    H, tau = output
+    m, n = A.shape[-2:]
+    k = min(m, n)
     A = A.reshape(-1, m, n)
     H = H.reshape(-1, m, n)
     tau = tau.reshape(-1, k)
-    batch = A.shape[0]
 
     # Q and R exactly as a user of torch.geqrf would form them: in FP32, by torch.
     Q = torch.linalg.householder_product(H[:, :, :k], tau)
@@ -381,7 +381,37 @@ def check_implementation(A: torch.Tensor, output) -> tuple[bool, str]:
         return False, "Q materialized from `(H, tau)` contains NaN or Inf"
     if not _finite(R):
         return False, "R extracted from `triu(H)` contains NaN or Inf"
+    return _check_factors(A, Q, R)
 
+
+def check_qr(A: torch.Tensor, output) -> tuple[bool, str]:
+    """Check a ``torch.linalg.qr``-style output ``(Q, R)`` (mode "reduced") for the input ``A``: returns (ok, message).
+
+    Q must be (*batch, m, k) and R (*batch, k, n), k = min(m, n), both finite FP32 on A's device, R zero below its
+    diagonal; then the gates of check_implementation, with its messages, on this Q and R.
+    """
+    problem = _output_problem(A, output, ("Q", "R"), lambda b, m, n, k: ((*b, m, k), (*b, k, n)))
+    if problem is not None:
+        return False, problem
+    Q, R = output
+    m, n = A.shape[-2:]
+    k = min(m, n)
+    if bool(torch.tril(R, diagonal=-1).ne(0).any().item()):
+        return False, "R is not upper triangular"
+    return _check_factors(A.reshape(-1, m, n), Q.reshape(-1, m, k), R.reshape(-1, k, n))
+
+
+def _check_factors(A: torch.Tensor, Q: torch.Tensor, R: torch.Tensor) -> tuple[bool, str]:
+    """QR2's gates for A (batch, m, n), Q (batch, m, k) and R (batch, k, n), all finite FP32: see
+    check_implementation."""
+    batch, m, n = A.shape
+    k = min(m, n)
+    # Rectangular inputs: a Householder QR of an m x n matrix has errors that grow with both
+    # dimensions (the reflectors have length up to m, there are k of them, and ||.||_1 sums over
+    # up to max(m, n) entries), so the tolerance uses n_eff = max(m, n). Square: n_eff = n.
+    n_eff = max(m, n)
+    factor_rtol = relative_tolerance(n_eff, FACTOR_TOL_MULTIPLIER)
+    orth_rtol = relative_tolerance(n_eff, ORTH_TOL_MULTIPLIER)
     A64, Q64, R64 = A.double(), Q.double(), R.double()
     QtA = Q64.transpose(-1, -2) @ A64
     if not _finite(QtA):

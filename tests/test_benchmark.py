@@ -77,6 +77,40 @@ def test_compare_writes_json(capsys, tmp_path):
     assert summary["impls"]["qr2"]["geomean_ns"] > 0 and summary["geomean_speedup"] > 0
 
 
+def test_qr_op_end_to_end(capsys, tmp_path):
+    """--op qr times qr2_op.qr against torch.linalg.qr under the same rules and checks (Q, R) by the same gates."""
+    path = tmp_path / "qr.json"
+    code, out = run_main(capsys, *TINY, "--op", "qr", "--compare", "--json-out", str(path))
+    assert code == 0, out
+    assert "op=qr" in out and "geomean speedup (torch / qr2):" in out and "result: pass" in out
+    report = json.loads(path.read_text())
+    assert report["settings"]["op"] == "qr"
+    assert all(c["results"][impl]["status"] == "pass" for c in report["cases"] for impl in ("qr2", "torch"))
+
+
+def test_qr_op_fails_a_wrong_q(capsys, monkeypatch):
+    def identity_q(A):
+        Q, R = torch.linalg.qr(A)
+        return torch.eye(*Q.shape[-2:]).expand_as(Q).contiguous(), R
+
+    ops = dict(benchmark.OPS)
+    ops["qr"] = benchmark.Op({"qr2": lambda: identity_q, "torch": lambda: torch.linalg.qr}, reference.check_qr,
+                             "torch.linalg.qr")
+    monkeypatch.setattr(benchmark, "OPS", ops)
+    code, out = run_main(capsys, "--cpu", "--mode", "test", "--op", "qr", "--case", "2,8,1,dense,3")
+    assert code == 1 and "R - Q.T @ A is too large" in out
+
+
+def test_check_qr_rejects_shapes_and_lower_entries():
+    A = torch.randn(3, 6, 4)
+    Q, R = torch.linalg.qr(A)
+    assert reference.check_qr(A, (Q, R))[0]
+    assert reference.check_qr(A, (Q, R[:, :3])) == (False, "R shape must be (3, 4, 4), got (3, 3, 4)")
+    assert reference.check_qr(A, (Q, R + torch.tril(torch.ones_like(R), -1))) == (False, "R is not upper triangular")
+    assert not reference.check_qr(A, (Q.double(), R))[0]
+    assert reference.check_qr(A, [Q, R]) == (False, "output must be a tuple `(Q, R)`")
+
+
 def test_test_mode_with_custom_cases(capsys):
     code, out = run_main(capsys, "--cpu", "--mode", "test", "--case", "3,16,2,mixed,4", "--case", "2,8,0,upper,1")
     assert code == 0, out
@@ -123,7 +157,8 @@ def test_leaderboard_stops_at_first_failure(capsys):
 
 def test_bad_arguments_exit_2(capsys):
     for bad in (["--case", "1,2,3"], ["--case", "2,8,1,nosuch,1"], ["--impl", "nosuch"],
-                ["--impl", "torch", "--compare"], ["--max-repeats", "0"], ["--floor"], ["--floor", "--mode", "test"]):
+                ["--impl", "torch", "--compare"], ["--max-repeats", "0"], ["--floor"], ["--floor", "--mode", "test"],
+                ["--op", "nosuch"], ["--op", "qr", "--impl", "broken-for-tests"]):
         with pytest.raises(SystemExit) as exc:
             benchmark.main(["--cpu", *bad])
         assert exc.value.code == 2
