@@ -5,9 +5,10 @@ already loaded; importing it costs about half a second, so qr2 does not load it 
 whole on one rank, so the placements qr2's geqrf runs with are a shard of one batch dimension (H and tau sharded on
 that dimension, each rank factoring its own matrices, no communication) or the input replicated (both outputs
 replicated). DTensor redistributes an input sharded otherwise (across a matrix's rows or columns) to one of them.
+``qr2_op.qr`` of a DTensor decomposes each rank's own matrices the same way (``qr_where_it_lies``).
 """
 import torch
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 import qr2_op  # noqa: F401  (the operators must exist)
@@ -23,3 +24,38 @@ def _geqrf_placements(A):
 
 # the public operator and the twin that qr2_op.geqrf calls where autograd has nothing to record
 register_sharding([torch.ops.qr2.geqrf.default, torch.ops.qr2._geqrf_impl.default])(_geqrf_placements)
+
+
+def _column_major_strides(shape):
+    """torch.linalg.qr's strides for `shape` (*, r, c): column-major per matrix, batch-major outside."""
+    *batch, r, c = shape
+    strides, acc = [1, max(r, 1)], max(r, 1) * max(c, 1)
+    for size in reversed(batch):
+        strides.insert(0, acc)
+        acc *= max(size, 1)
+    return tuple(strides)
+
+
+def qr_where_it_lies(A: DTensor, mode: str):
+    """qr2_op.qr of a DTensor: where A is sharded on batch dimensions (or replicated) each rank decomposes its own
+    matrices with no communication, and Q and R come back with A's placements; a placement across a matrix's rows or
+    columns is first redistributed to replicated. mode "r" returns Q as an empty replicated DTensor."""
+    from .linalg import qr
+
+    batch_dims = A.ndim - 2
+    keep = [p if isinstance(p, Replicate) or (isinstance(p, Shard) and p.dim % A.ndim < batch_dims) else Replicate()
+            for p in A.placements]
+    if keep != list(A.placements):
+        A = A.redistribute(A.device_mesh, keep)
+    Q, R = qr(A.to_local(), mode)
+    *batch, m, n = A.shape
+    rows = m if mode == "complete" else min(m, n)
+
+    def whole(local, shape, placements):
+        return DTensor.from_local(local, A.device_mesh, placements, run_check=False, shape=torch.Size(shape),
+                                  stride=_column_major_strides(shape) if len(shape) >= 2 else (1,))
+
+    R = whole(R, (*batch, rows, n), keep)
+    if mode == "r":
+        return whole(Q, (0,), [Replicate()] * A.device_mesh.ndim), R
+    return whole(Q, (*batch, m, m if mode == "complete" else min(m, n)), keep), R

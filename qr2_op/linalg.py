@@ -3,17 +3,13 @@
 R comes from qr2.geqrf's H (its upper triangle); Q is formed from H and tau by
 ``torch.linalg.householder_product`` (LAPACK orgqr; cuSOLVER on CUDA, one call per matrix), not yet by qr2's kernels.
 """
+import sys
+
 import torch
 
 __all__ = ["qr"]
 
 _MODES = ("reduced", "complete", "r")
-
-
-def _column_major_like(x, sizes):
-    """An uninitialised tensor of `sizes` on x's device and dtype, column-major inside each matrix (torch.linalg.qr's
-    layout of Q and R)."""
-    return x.new_empty((*sizes[:-2], sizes[-1], sizes[-2])).transpose(-2, -1)
 
 
 def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,6 +31,11 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     if A.dim() < 2:
         raise RuntimeError(f"qr2.qr: expected a tensor of shape (*, m, n) with at least 2 dimensions, got {A.dim()} "
                            "dimension(s)")
+    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
+    if dtensor is not None and isinstance(A, dtensor.DTensor):
+        from .distributed import qr_where_it_lies
+
+        return qr_where_it_lies(A, mode)
     if A.requires_grad and torch.is_grad_enabled():
         return torch.linalg.qr(A, mode=mode)
     H, tau = torch.ops.qr2.geqrf(A)
@@ -46,10 +47,6 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
         return H.new_empty(0), R
     if mode == "reduced" or m <= n:
         return torch.linalg.householder_product(H[..., :, :k], tau), R
-    # complete with m > n: the m - n reflectors past the last column are the identity (tau = 0)
-    Hc = _column_major_like(H, (*batch, m, m))
-    Hc[..., :n] = H
-    Hc[..., n:] = 0
-    tau_c = tau.new_zeros((*batch, m))
-    tau_c[..., :n] = tau
-    return torch.linalg.householder_product(Hc, tau_c), R
+    # complete with m > n: the first m columns of H_0 ... H_{n-1} (LAPACK orgqr with k = n < m columns, as torch)
+    Hc = torch.cat([H, H.new_zeros((*batch, m, m - n))], dim=-1)
+    return torch.linalg.householder_product(Hc, tau), R

@@ -1,4 +1,4 @@
-"""DTensor: a batch sharded over ranks is factored where it lies (qr2_op/distributed.py). Two processes on the CPU
+"""DTensor: a batch sharded over ranks is factored where it lies (qr2_op/distributed.py), by qr2.geqrf and qr2_op.qr. Two processes on the CPU
 (gloo), so that it runs everywhere (qr2 on the CPU delegates to aten::geqrf; the sharding rules are the same for every
 device), and one process on one GPU or two on two GPUs (NCCL, qr2's kernels) where a machine has them. Each rank's
 shard must equal its own matrices factored alone; on the CPU the gathered whole must equal the whole batch factored at
@@ -32,6 +32,27 @@ def _check_sharded(mesh, A, dim, factor_alone):
         assert _same((H.to_local(), tau.to_local()), factor_alone(dA.to_local())), "a rank's shard"
         if A.device.type == "cpu":
             assert _same((H.full_tensor(), tau.full_tensor()), torch.geqrf(A)), "the gathered whole"
+
+
+def _check_qr(mesh, A, placement):
+    """qr2_op.qr of a DTensor: Q and R keep a batch shard (or replication) and equal each rank's matrices decomposed
+    alone; on the CPU the gathered whole equals torch.linalg.qr bit for bit. A placement across rows is redistributed."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    import qr2_op
+
+    dA = distribute_tensor(A, mesh, [placement])
+    kept = placement if isinstance(placement, Replicate) or placement.dim < A.ndim - 2 else Replicate()
+    for mode in ("reduced", "complete", "r"):
+        Q, R = qr2_op.qr(dA, mode)
+        assert isinstance(Q, DTensor) and isinstance(R, DTensor)
+        assert R.placements == (kept,) and Q.placements == ((kept,) if mode != "r" else (Replicate(),))
+        local = qr2_op.qr(dA.redistribute(mesh, [kept]).to_local(), mode)
+        assert torch.equal(R.to_local(), local[1]) and torch.equal(Q.to_local(), local[0]), "a rank's shard"
+        if A.device.type == "cpu":
+            Qr, Rr = torch.linalg.qr(A, mode=mode)
+            assert torch.equal(R.full_tensor(), Rr) and torch.equal(Q.full_tensor(), Qr), "the gathered whole"
+            assert R.shape == Rr.shape and R.stride() == Rr.stride() and Q.stride() == Qr.stride()
 
 
 def _worker(rank, world, port, backend):
@@ -69,6 +90,9 @@ def _worker(rank, world, port, backend):
         assert all(not (isinstance(p, Shard) and p.dim >= 1) for p in H.placements), H.placements
         if device == "cpu":
             assert _same((H.full_tensor(), tau.full_tensor()), torch.geqrf(A)), "rows sharded"
+        _check_qr(mesh, randn(5, 40, 30), Shard(0))
+        _check_qr(mesh, randn(4, 20, 30), Replicate())
+        _check_qr(mesh, randn(4, 40, 30), Shard(1))
     finally:
         dist.destroy_process_group()
     # Every check passed. Leave without the interpreter's teardown: in about one full-suite run in three, a rank that
