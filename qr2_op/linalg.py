@@ -6,10 +6,26 @@ R comes from qr2.geqrf's H (its upper triangle); Q is formed from H and tau by
 import sys
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch._C._functorch import TransformType
 
 __all__ = ["qr"]
 
 _MODES = ("reduced", "complete", "r")
+
+
+def _needs_derivatives(A: torch.Tensor) -> bool:
+    """Whether a derivative of the decomposition may be asked for (qr2.geqrf has none; torch.linalg.qr has both):
+    A requires grad under grad mode, a forward-AD level is open, or a torch.func transform that differentiates
+    (grad, vjp, jacrev, jvp, jacfwd) is active. vmap alone is not: qr2.geqrf batches the samples itself."""
+    if A.requires_grad and torch.is_grad_enabled():
+        return True
+    if _forward_ad._current_level >= 0:
+        return True
+    if not torch._C._are_functorch_transforms_active():
+        return False
+    stack = torch._C._functorch.get_interpreter_stack() or []
+    return any(i.key() in (TransformType.Grad, TransformType.Jvp) for i in stack)
 
 
 def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,7 +38,9 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
             R ``(*, m, n)``) or ``"r"`` (R only; Q is an empty tensor).
 
     R is the upper triangle of qr2.geqrf's H, bit for bit. Q is ``torch.linalg.householder_product`` of H and tau.
-    Where A requires grad under grad mode the call is ``torch.linalg.qr`` itself, whose backward qr2.geqrf lacks.
+    Where a derivative may be asked for (A requires grad under grad mode, forward-mode AD, torch.func's grad, vjp,
+    jacrev, jvp or jacfwd) the call is ``torch.linalg.qr`` itself, which has the derivatives qr2.geqrf lacks;
+    ``torch.vmap`` alone runs qr2.
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.qr: expected a Tensor, got {type(A).__name__}")
@@ -36,7 +54,7 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
         from .distributed import qr_where_it_lies
 
         return qr_where_it_lies(A, mode)
-    if A.requires_grad and torch.is_grad_enabled():
+    if _needs_derivatives(A):
         return torch.linalg.qr(A, mode=mode)
     H, tau = torch.ops.qr2.geqrf(A)
     *batch, m, n = A.shape

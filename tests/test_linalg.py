@@ -63,6 +63,38 @@ def test_gradients_are_torch_linalg_qr_s():
     assert Q.grad_fn is None and R.grad_fn is None
 
 
+def test_forward_mode_and_func_transforms_are_torch_linalg_qr_s():
+    """Forward-mode AD, jacfwd, jacrev and grad get torch.linalg.qr's derivatives."""
+    import torch.autograd.forward_ad as fwAD
+
+    A = torch.randn(6, 4, dtype=torch.float64)
+    for transform in (torch.func.jacfwd, torch.func.jacrev):
+        for out in (0, 1):
+            got = transform(lambda a: qr2_op.qr(a)[out])(A)
+            assert torch.equal(got, transform(lambda a: torch.linalg.qr(a)[out])(A))
+    grad = torch.func.grad(lambda a: qr2_op.qr(a)[1].sin().sum())(A)
+    assert torch.equal(grad, torch.func.grad(lambda a: torch.linalg.qr(a)[1].sin().sum())(A))
+    tangent = torch.randn_like(A)
+    with fwAD.dual_level():
+        Q, R = qr2_op.qr(fwAD.make_dual(A, tangent))
+        Qr, Rr = torch.linalg.qr(fwAD.make_dual(A, tangent))
+        for x, y in ((Q, Qr), (R, Rr)):
+            assert torch.equal(fwAD.unpack_dual(x).tangent, fwAD.unpack_dual(y).tangent)
+
+
+def test_vmap_runs_qr2(monkeypatch):
+    """torch.vmap alone needs no derivative: qr2.geqrf batches the samples and torch.linalg.qr is not called."""
+    A = torch.randn(3, 2, 7, 5)
+    expected = torch.linalg.qr(A)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.linalg.qr was called")
+
+    monkeypatch.setattr(torch.linalg, "qr", refuse)
+    Q, R = torch.vmap(qr2_op.qr, in_dims=1)(A.transpose(0, 1))
+    assert torch.equal(Q, expected[0]) and torch.equal(R, expected[1])
+
+
 def test_bad_input_raises_clearly():
     with pytest.raises(TypeError, match="qr2.qr: expected a Tensor, got list"):
         qr2_op.qr([[1.0]])
