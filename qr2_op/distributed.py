@@ -28,11 +28,8 @@ register_sharding([torch.ops.qr2.geqrf.default, torch.ops.qr2._geqrf_impl.defaul
 
 def _column_major_strides(shape):
     """torch.linalg.qr's strides for `shape` (*, r, c): column-major per matrix, batch-major outside."""
-    *batch, r, c = shape
-    strides, acc = [1, max(r, 1)], max(r, 1) * max(c, 1)
-    for size in reversed(batch):
-        strides.insert(0, acc)
-        acc *= max(size, 1)
+    strides = list(qr2_op._contiguous_strides((*shape[:-2], shape[-1], shape[-2])))
+    strides[-1], strides[-2] = strides[-2], strides[-1]
     return tuple(strides)
 
 
