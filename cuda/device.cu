@@ -9,7 +9,7 @@ static thread_local char last_error[512];
 extern "C" const char* qr2_cuda_last_error(void) { return last_error; }
 
 int qr2_record_error(const char* what, const char* detail) {
-    snprintf(last_error, sizeof last_error, "qr2.geqrf: %s failed: %s", what, detail);
+    snprintf(last_error, sizeof last_error, "%s failed: %s", what, detail);
     return 1;
 }
 

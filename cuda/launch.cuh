@@ -9,7 +9,7 @@
 
 #include "qr2_cuda.h"
 
-// Records "qr2.geqrf: <what> failed: <CUDA error name>: <CUDA message>" for qr2_cuda_last_error(); returns 1.
+// Records "<what> failed: <CUDA error name>: <CUDA message>" for qr2_cuda_last_error(); returns 1.
 int qr2_record_cuda_error(cudaError_t err, const char* what);
 // Records a failure that has no CUDA error code (e.g. a cuBLAS status); returns 1.
 int qr2_record_error(const char* what, const char* detail);

@@ -41,7 +41,7 @@ int qr2_cuda_device(int index, qr2_device* out);
 int qr2_cuda_current_device(int* device);
 /* The message of this thread's last failing launcher ("" when none failed). */
 const char* qr2_cuda_last_error(void);
-/* Records "qr2.geqrf: <what> failed: <detail>" as this thread's last error, for failures outside cuda/; returns 1. */
+/* Records "<what> failed: <detail>" as this thread's last error, for failures outside cuda/; returns 1. */
 int qr2_cuda_fail(const char* what, const char* detail);
 
 /* ---- whole-matrix families ---- */
@@ -142,6 +142,7 @@ int qr2_panel_tall_run(const qr2_panel_job* job, void* work, const qr2_device* d
  * Apply the block reflector Q^T = (H_0 H_1 ... H_{w-1})^T of w explicit reflectors V (mr x w,
  * unit lower trapezoidal, as the panel kernels write it) to C (mr x nc), in place:
  *     G = V^T V,  T = larft(G, tau),  W = V^T C,  C -= V (T^T W)
+ * or, with apply_q, Q itself: C -= V (T W).
  * T: when t is not NULL it is taken from there (w x w, ld w, t_bs apart) instead of being built.
  * work: qr2_update_work_floats(w, nc) floats per matrix, work_bs apart, then qr2_update_split_floats(m, n, w, batch, dev)
  * floats for the whole call (rows split over blocks when a few matrices leave SMs idle). G in FP32 (cuBLAS,
@@ -161,6 +162,7 @@ typedef struct qr2_update_args {
     int64_t ldc, c_bs;
     float* work;
     int64_t work_bs;
+    int apply_q; /* 0: C = Q^T C (the factorisation's update); 1: C = Q C */
 } qr2_update_args;
 
 #define QR2_UPDATE_MAX_W 128
@@ -172,6 +174,15 @@ int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, in
                        const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, void* stream);
 int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev);
 int qr2_update_run(const qr2_update_args* args, void* blas_handle, const qr2_device* dev, void* stream);
+
+/* ---- applying stored reflectors (orgqr, ormqr) ---- */
+
+/* The explicit V (mr x w, column-major, ld ldv, v_bs apart) of the w reflectors stored in h as geqrf leaves them
+ * (element (i, j) at h[i rs + j cs], h_bs apart; v below the diagonal): zeros above the diagonal, ones on it. */
+int qr2_reflectors_unpack(int64_t batch, int mr, int w, const float* h, int64_t rs, int64_t cs, int64_t h_bs,
+                          float* v, int64_t ldv, int64_t v_bs, void* stream);
+/* The m x n identity in column-major q (ld m, m*n apart). */
+int qr2_identity_run(int64_t batch, int m, int n, float* q, void* stream);
 
 /* Copies a batch of m x n matrices (any strides) into column-major dst (ld m, m*n apart). */
 int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n, int64_t batch,

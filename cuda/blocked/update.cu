@@ -240,15 +240,16 @@ struct WySplitWork {
 
 // C_strip -= V (T^T (V^T C_strip)) for the NT-column strip of each block (PART says which share of it).
 // Block x: matrix x / (strips splits), strip x / splits % strips, rows (x % splits) split_rows .. + split_rows.
-// V: mr x w (w <= WMAX), T: w x w upper triangular (ld ldt), C: mr x nc, all column-major. Chunks of KC rows of V
+// V: mr x w (w <= WMAX), T: w x w, element (r, c) at t[r t_rs + c t_cs] (T upper triangular, or T^T to apply Q
+// instead of Q^T), C: mr x nc column-major. Chunks of KC rows of V
 // and C stream through a STAGES-deep cp.async ring twice: once for W = V^T C, once for C += V (-T^T W), computed as
 // C^T += W^T V^T so that each lane holds pairs of adjacent rows of C. VEC: rows go in 16-byte groups of four (mr, the
 // leading dimensions and strides multiples of 4, the pointers 16-byte aligned). Whole chunks skip the predicates.
 template <int WMAX, int NT, bool VEC, WyPart PART>
 __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
-                     int64_t v_bs, const float* t, int64_t ldt, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
-                     WySplitWork sw) {
+                     int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
+                     int64_t c_bs, WySplitWork sw) {
     using S = WyUpdateShape<WMAX, NT>;
     constexpr int LDW = S::LDW;
     extern __shared__ float4 smem4[];
@@ -466,7 +467,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     if constexpr (PART == WyPart::whole) {
         for (int idx = tid; idx < WMAX * WMAX; idx += UPDATE_THREADS) {
             const int r = idx % WMAX, cc = idx / WMAX;
-            Ts[cc * LDW + r] = r < w && cc < w ? t[r + cc * ldt] : 0.f;
+            Ts[cc * LDW + r] = r < w && cc < w ? t[r * t_rs + cc * t_cs] : 0.f;
         }
         __syncthreads();
 
@@ -544,7 +545,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
 // subnormal products), and a large column never pushes a small one out of range.
 template <int WMAX, int NT>
 __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
-                                                                   int64_t ldt, int64_t t_bs, WySplitWork sw) {
+                                                                   int64_t t_rs, int64_t t_cs, int64_t t_bs,
+                                                                   WySplitWork sw) {
     constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread, tid + REDUCE_THREADS i
     static_assert(REDUCE_THREADS % WMAX == 0, "a warp's entries lie in one column");
     __shared__ float Ss[NT][WMAX + 1];    // the sum: (k, j) at [j][k]
@@ -566,7 +568,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
     }
     for (int idx = tid; idx < WMAX * WMAX; idx += REDUCE_THREADS) {
         const int r = idx % WMAX, k = idx / WMAX;
-        Tt[k][r] = r < w && k < w ? t[r + k * ldt] : 0.f;
+        Tt[k][r] = r < w && k < w ? t[r * t_rs + k * t_cs] : 0.f;
     }
     __syncthreads();
     float sum[PER] = {};
@@ -601,7 +603,9 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
     for (int idx = tid; idx < WMAX * NT; idx += REDUCE_THREADS) {
         const int k = idx % WMAX, j = idx / WMAX;
         float acc = 0.f;
-        for (int r = 0; r <= k; ++r) acc = fmaf(Tt[k][r], Ss[j][r], acc);  // T upper triangular
+        // T upper triangular (t_rs == 1), or T^T lower
+        const int r0 = t_rs == 1 ? 0 : k, r1 = t_rs == 1 ? k + 1 : WMAX;
+        for (int r = r0; r < r1; ++r) acc = fmaf(Tt[k][r], Ss[j][r], acc);
         wq[idx] = -acc;
     }
     for (int j = tid; j < NT; j += REDUCE_THREADS) {
@@ -617,7 +621,7 @@ struct WyArgs {
     const float* v;
     int64_t ldv, v_bs;
     const float* t;
-    int64_t ldt, t_bs;
+    int64_t t_rs, t_cs, t_bs;  // T(r, c) at t[r t_rs + c t_cs]: T, or T^T to apply Q instead of Q^T
     float* c;
     int64_t ldc, c_bs;
 };
@@ -638,7 +642,7 @@ int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, voi
     how.smem_limit = how.smem;
     return qr2_launch(vec ? wy_update_kernel<WMAX, NT, true, PART> : wy_update_kernel<WMAX, NT, false, PART>, how,
                       stream, "wy_update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t,
-                      a.ldt, a.t_bs, a.c, a.ldc, a.c_bs, sw);
+                      a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, sw);
 }
 
 
@@ -696,7 +700,7 @@ int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_d
     how.grid = dim3((unsigned)(a.batch * strips));
     how.block = dim3(REDUCE_THREADS);
     if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
-                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.ldt, a.t_bs, sw))
+                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, sw))
         return 1;
     const int per_sm = update_blocks_per_sm<WMAX, true, WyPart::apply>(dev);
     return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * strips, a.mr, per_sm, dev), sw, stream);
@@ -753,8 +757,8 @@ int cublas_update(const qr2_update_args* a, cublasHandle_t h, const float* T, in
     if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, nc, mr, 1.f, a->v, a->ldv, a->v_bs, a->c, a->ldc, a->c_bs, 0.f, W, w, ws,
              a->batch, "cublasGemmStridedBatchedEx(W = V^T C)"))
         return 1;
-    if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, nc, w, 1.f, T, w, t_bs, W, w, ws, 0.f, W2, w, ws, a->batch,
-             "cublasGemmStridedBatchedEx(W = T^T W)"))
+    if (gemm(h, a->apply_q ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, w, nc, w, 1.f, T, w, t_bs, W, w, ws, 0.f, W2, w,
+             ws, a->batch, "cublasGemmStridedBatchedEx(W = T^T W)"))
         return 1;
     return gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, mr, nc, w, -1.f, a->v, a->ldv, a->v_bs, W2, w, ws, 1.f, a->c, a->ldc,
                 a->c_bs, a->batch, "cublasGemmStridedBatchedEx(C -= V W)");
@@ -804,11 +808,15 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         t_bs = ws;
     }
     if (few_strips) return cublas_update(a, h, T, t_bs, Tw + (int64_t)w * w, Tw + (int64_t)w * w + (int64_t)w * a->nc);
-    // Q^T = Q_2^T Q_1^T for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their
-    // T factors, and the later block's reflectors are zero above its first row.
-    for (int k = 0; k < w && k < mr; k += UPDATE_W) {  // a block past the last row holds no reflector
+    // Q = Q_1 Q_2 for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their T
+    // factors, and the later block's reflectors are zero above its first row. Q^T applies Q_1^T first, Q applies Q_2.
+    const int last = (w < mr ? w : mr) - 1;  // a block past the last row holds no reflector
+    const int pieces = last / UPDATE_W + 1;
+    for (int i = 0; i < pieces; ++i) {
+        const int k = (a->apply_q ? pieces - 1 - i : i) * UPDATE_W;
+        const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
-                              a->ldv, a->v_bs, T + (int64_t)k * w + k, w, t_bs, a->c + k, a->ldc, a->c_bs};
+                              a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->c + k, a->ldc, a->c_bs};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
