@@ -1,7 +1,8 @@
 """qr2: batched FP32 QR factorisation (LAPACK geqrf) for PyTorch on NVIDIA GPUs.
 
 Importing this package loads ``libqr2.so`` (pure C and CUDA, registered through torch's stable C
-ABI), after which the operator is available as ``torch.ops.qr2.geqrf``.
+ABI), after which the operators are available as ``torch.ops.qr2.geqrf``, ``torch.ops.qr2.orgqr`` and
+``torch.ops.qr2.ormqr``.
 """
 
 import ctypes
@@ -12,7 +13,7 @@ from typing import NamedTuple
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-__all__ = ["geqrf", "qr", "configs", "config_for", "device_of", "Device", "H200"]
+__all__ = ["geqrf", "qr", "orgqr", "ormqr", "configs", "config_for", "device_of", "Device", "H200"]
 
 _LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libqr2.so")
 if not os.path.exists(_LIB_PATH):
@@ -248,6 +249,7 @@ def _set_launch_replay(on):
     _lib.qr2_launch_replay(1 if on else 0)
 
 
+from .householder import orgqr, ormqr  # noqa: E402  (Q, and Q applied, from the reflectors)
 from .linalg import qr  # noqa: E402  (Q and R, as torch.linalg.qr)
 
 # DTensor's sharding rules, where DTensor is already loaded (otherwise `import qr2_op.distributed` registers them)

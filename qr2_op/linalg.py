@@ -1,7 +1,7 @@
 """qr2_op.qr: Q and R of a batch of matrices, a drop-in for ``torch.linalg.qr`` built on qr2.geqrf.
 
-R comes from qr2.geqrf's H (its upper triangle); Q is formed from H and tau by
-``torch.linalg.householder_product`` (LAPACK orgqr; cuSOLVER on CUDA, one call per matrix), not yet by qr2's kernels.
+R comes from qr2.geqrf's H (its upper triangle); Q is formed from H and tau by qr2.orgqr (qr2's blocked update on
+float32 CUDA tensors).
 """
 import sys
 
@@ -37,7 +37,7 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
         mode: ``"reduced"`` (Q ``(*, m, k)``, R ``(*, k, n)``, k = min(m, n)), ``"complete"`` (Q ``(*, m, m)``,
             R ``(*, m, n)``) or ``"r"`` (R only; Q is an empty tensor).
 
-    R is the upper triangle of qr2.geqrf's H, bit for bit. Q is ``torch.linalg.householder_product`` of H and tau.
+    R is the upper triangle of qr2.geqrf's H, bit for bit. Q is qr2.orgqr of H and tau.
     Where a derivative may be asked for (A requires grad under grad mode, forward-mode AD, torch.func's grad, vjp,
     jacrev, jvp or jacfwd) the call is ``torch.linalg.qr`` itself, which has the derivatives qr2.geqrf lacks;
     ``torch.vmap`` alone runs qr2.
@@ -64,7 +64,7 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     if mode == "r":
         return H.new_empty(0), R
     if mode == "reduced" or m <= n:
-        return torch.linalg.householder_product(H[..., :, :k], tau), R
+        return torch.ops.qr2.orgqr(H[..., :, :k], tau), R
     # complete with m > n: the first m columns of H_0 ... H_{n-1} (LAPACK orgqr with k = n < m columns, as torch)
     Hc = torch.cat([H, H.new_zeros((*batch, m, m - n))], dim=-1)
-    return torch.linalg.householder_product(Hc, tau), R
+    return torch.ops.qr2.orgqr(Hc, tau), R

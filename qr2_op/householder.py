@@ -1,0 +1,134 @@
+"""qr2_op.orgqr and qr2_op.ormqr: Q from qr2.geqrf's reflectors, and Q applied to a matrix.
+
+Drop-ins for ``torch.linalg.householder_product`` and ``torch.ormqr``: same arguments, shapes, strides and checks.
+float32 CUDA tensors run qr2's blocked compact-WY update (tensor cores at FP32 accuracy) in blocks of 64 reflectors,
+one launch sequence for the whole batch; other dtypes, CPU tensors, and calls whose arguments need derivatives (grad
+mode with an argument that requires grad, or forward-mode AD) run torch's own operator, which has the derivatives.
+"""
+import torch
+
+from . import _lib
+
+__all__ = ["orgqr", "ormqr"]
+
+_LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """The first n columns of ``Q = H_0 H_1 ... H_{k-1}`` for reflectors stored as qr2.geqrf (and LAPACK) leave them,
+    as ``torch.linalg.householder_product(A, tau)``.
+
+    Args:
+        A: ``(*, m, n)`` with ``m >= n``: ``v_j`` below the diagonal of column j (its unit implied); the rest is not
+            read. Any strides; never modified.
+        tau: ``(*, k)`` with ``k <= n``, A's batch dimensions, dtype and device.
+
+    Returns:
+        Q, ``(*, m, n)``, column-major inside each matrix (torch's strides).
+    """
+    return torch.ops.qr2.orgqr(A, tau)
+
+
+def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True,
+          transpose: bool = False) -> torch.Tensor:
+    """``Q C``, ``Q^T C`` (left), ``C Q`` or ``C Q^T`` (right) for ``Q = H_0 H_1 ... H_{k-1}`` stored in A and tau, as
+    ``torch.ormqr(A, tau, C, left, transpose)``: Q is never formed.
+
+    Args:
+        A: ``(*, mn, ka)``, the reflectors as qr2.geqrf leaves them; mn is C's row count (left) or column count
+            (right).
+        tau: ``(*, min(mn, ka))``.
+        C: ``(*, m, n)``, A's batch dimensions, dtype and device; never modified.
+
+    Returns:
+        The product, ``(*, m, n)``, column-major inside each matrix (torch's strides).
+    """
+    return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
+
+
+def _column_major(t: torch.Tensor, sizes) -> torch.Tensor:
+    *batch, m, n = sizes
+    return t.new_empty((*batch, n, m)).mT
+
+
+def _check(cond, message):
+    """Raises RuntimeError(message()) unless cond. The fakes run under the C Autograd kernel's nested call, which
+    loses a Python exception's text: the message is noted for that kernel to raise."""
+    if not cond:
+        text = message()
+        _lib.qr2_note_error(text.encode())
+        raise RuntimeError(text)
+
+
+def _check_common(name, tensors):
+    A = tensors[0]
+    for label, t, dims in zip(("A", "tau", "C"), tensors, (2, 1, 2)):
+        shape = "(*, m, n)" if dims == 2 else "(*, k)"
+        _check(t.dim() >= dims, lambda: f"{name}: expected {label} of shape {shape} with at least {dims} "
+                     f"dimension{'s' if dims > 1 else ''}, got {t.dim()} dimension(s)")
+        _check(t.dtype in _LAPACK_DTYPES, lambda: f"{name}: expected a float32, float64, complex64 or "
+                     f"complex128 tensor for {label}, got {str(t.dtype).removeprefix('torch.')}")
+    for label, t in zip(("tau", "C"), tensors[1:]):
+        _check(t.dtype == A.dtype, lambda: f"{name}: expected {label} to have A's dtype")
+        _check(t.device == A.device, lambda: f"{name}: expected {label} on A's device, got another device")
+    tau = tensors[1]
+    _check(tau.dim() == A.dim() - 1, lambda: f"{name}: expected tau to have one dimension less than A, got "
+                 f"tau.ndim={tau.dim()} and A.ndim={A.dim()}")
+    if len(tensors) == 3:
+        C = tensors[2]
+        _check(C.dim() == A.dim(), lambda: f"{name}: expected C to have A's number of dimensions, got "
+                     f"C.ndim={C.dim()} and A.ndim={A.dim()}")
+    for t in tensors[1:]:
+        _check(t.shape[:A.dim() - 2] == A.shape[:-2], lambda: f"{name}: expected the batch dimensions of tau"
+                     f"{' and C' if len(tensors) == 3 else ''} to equal A.shape[:-2]")
+
+
+def _orgqr_fake(A, tau):
+    _check_common("qr2.orgqr", (A, tau))
+    m, n = A.shape[-2:]
+    _check(m >= n, lambda: f"qr2.orgqr: expected A of shape (*, m, n) with m >= n, got m={m}, n={n}")
+    _check(tau.shape[-1] <= n, lambda: f"qr2.orgqr: expected tau.shape[-1] <= A.shape[-1], got "
+                 f"{tau.shape[-1]} > {n}")
+    return _column_major(A, A.shape)
+
+
+def _ormqr_fake(A, tau, C, left=True, transpose=False):
+    _check_common("qr2.ormqr", (A, tau, C))
+    mn, ka = A.shape[-2:]
+    order = C.shape[-2] if left else C.shape[-1]
+    _check(order == mn, lambda: f"qr2.ormqr: expected C.shape[{-2 if left else -1}] == A.shape[-2] "
+                 f"(left={left}), got {order} and {mn}")
+    _check(tau.shape[-1] == torch.sym_min(mn, ka), lambda: "qr2.ormqr: expected tau.shape[-1] == "
+                 f"min(A.shape[-2], A.shape[-1]) = {min(mn, ka)}, got {tau.shape[-1]}")
+    return _column_major(C, C.shape)
+
+
+for _op, _fake in (("orgqr", _orgqr_fake), ("_orgqr_impl", _orgqr_fake), ("ormqr", _ormqr_fake),
+                   ("_ormqr_impl", _ormqr_fake)):
+    torch.library.register_fake(f"qr2::{_op}")(_fake)
+
+
+def _to_front(x, dim, size):
+    """x with its vmapped dimension first (expanded when x is not mapped)."""
+    return x.movedim(dim, 0) if dim is not None else x.expand(size, *x.shape)
+
+
+def _orgqr_vmap(info, in_dims, A, tau):
+    if all(d is None for d in in_dims):
+        return torch.ops.qr2.orgqr(A, tau), None
+    A, tau = (_to_front(x, d, info.batch_size) for x, d in zip((A, tau), in_dims))
+    return torch.ops.qr2.orgqr(A, tau), 0
+
+
+def _ormqr_vmap(info, in_dims, A, tau, C, left=True, transpose=False):
+    if all(d is None for d in in_dims[:3]):
+        return torch.ops.qr2.ormqr(A, tau, C, left, transpose), None
+    A, tau, C = (_to_front(x, d, info.batch_size) for x, d in zip((A, tau, C), in_dims))
+    return torch.ops.qr2.ormqr(A, tau, C, left, transpose), 0
+
+
+# torch.vmap: the mapped dimension becomes the outermost batch dimension, so one call serves every sample.
+for _op in ("orgqr", "_orgqr_impl"):
+    torch.library.register_vmap(f"qr2::{_op}", _orgqr_vmap)
+for _op in ("ormqr", "_ormqr_impl"):
+    torch.library.register_vmap(f"qr2::{_op}", _ormqr_vmap)
