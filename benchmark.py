@@ -57,7 +57,8 @@ from typing import Callable
 import torch
 
 import reference
-from reference import benchmark_count, check_implementation, check_qr, combine_seed, generate_input
+from reference import (benchmark_count, check_implementation, check_orgqr, check_ormqr, check_qr, combine_seed,
+                       generate_input)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -163,19 +164,61 @@ def _qr2_qr() -> Callable:
     return qr2_op.qr
 
 
+def _reflectors(A: torch.Tensor) -> tuple:
+    """orgqr's arguments for the case input A: qr2.geqrf's (H, tau), made before the timed calls."""
+    import qr2_op
+
+    H, tau = qr2_op.geqrf(A)
+    return H[..., :, :tau.shape[-1]], tau
+
+
+def _reflectors_and_input(A: torch.Tensor) -> tuple:
+    """ormqr's arguments: qr2.geqrf's (H, tau) and A itself (Q^T A is R)."""
+    return (*_reflectors(A), A)
+
+
+def _with_arguments(loader: Callable, bind: Callable) -> Callable[[], Callable]:
+    """A loader of the call f(args) = (args, op(*args)) (bind adds fixed arguments): the check sees what was used."""
+
+    def load():
+        op = bind(loader())
+        return lambda args: (args, op(*args))
+
+    return load
+
+
+def _qr2_op(name: str) -> Callable:
+    import qr2_op
+
+    return getattr(qr2_op, name)
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
-    """An operation benchmark.py times: its implementations (name -> loader of the callable) and the check each output
-    must pass, (A, output) -> (ok, message)."""
+    """An operation benchmark.py times: its implementations (name -> loader of the callable), the check each output
+    must pass, (A, output) -> (ok, message), and what is made of each case input before the timed calls (None: the
+    call takes the input itself)."""
 
     impls: dict
     check: Callable
+    prepare: Callable | None = None
 
 
-# --op: geqrf (QR2's problem, (H, tau)) or qr (torch.linalg.qr's (Q, R), mode "reduced"), under the same rules
+def _ormqr_qt(op):
+    return lambda H, tau, C: op(H, tau, C, True, True)
+
+
+# --op: geqrf (QR2's problem, (H, tau)), qr (torch.linalg.qr's (Q, R), mode "reduced"), orgqr (Q from qr2.geqrf's
+# reflectors) or ormqr (Q^T A from them), under the same rules
 OPS = {
     "geqrf": Op(IMPLS, check_implementation),
     "qr": Op({"qr2": _qr2_qr, "torch": lambda: torch.linalg.qr}, check_qr),
+    "orgqr": Op({"qr2": _with_arguments(lambda: _qr2_op("orgqr"), lambda op: op),
+                 "torch": _with_arguments(lambda: torch.linalg.householder_product, lambda op: op)},
+                check_orgqr, _reflectors),
+    "ormqr": Op({"qr2": _with_arguments(lambda: _qr2_op("ormqr"), _ormqr_qt),
+                 "torch": _with_arguments(lambda: torch.ormqr, _ormqr_qt)},
+                check_ormqr, _reflectors_and_input),
 }
 # Implementations timed but not judged: their outputs are checked for the checker's time only (QR2's loop must run
 # it between repeats), never for a verdict, and they stay out of the pass count and the speedups.
@@ -334,13 +377,14 @@ def make_inputs(case: Case, device: str) -> list[torch.Tensor]:
     return inputs
 
 
-def run_test_case(impl: str, fn: Callable, case: Case, device: str, check: Callable = check_implementation) -> CaseResult:
-    """Test mode: one input with the spec seed, one call on a clone, one check."""
+def run_test_case(impl: str, fn: Callable, case: Case, device: str, check: Callable = check_implementation,
+                  prepare: Callable | None = None) -> CaseResult:
+    """Test mode: one input with the spec seed, one call on a clone (or on what `prepare` makes of it), one check."""
     result = CaseResult(impl, "pass")
     try:
         A = generate_input(case.batch, case.n, case.cond, case.seed, case.case, device)
         synchronize(device)
-        output = fn(A.clone())
+        output = fn(A.clone() if prepare is None else prepare(A))
         synchronize(device)
         Checker(result, check=check).check(A, output)
     except Exception as exc:  # a crash is a failed test, not a crashed harness
@@ -350,9 +394,10 @@ def run_test_case(impl: str, fn: Callable, case: Case, device: str, check: Calla
 
 def run_benchmark_case(
     impl: str, fn: Callable, case: Case, device: str, *, recheck: bool, max_repeats: int, budget_ns: float,
-    check: Callable = check_implementation,
+    check: Callable = check_implementation, prepare: Callable | None = None,
 ) -> CaseResult:
-    """Benchmark and leaderboard modes: QR2's timed loop for one case (see the module docstring)."""
+    """Benchmark and leaderboard modes: QR2's timed loop for one case (see the module docstring); `prepare` makes each
+    input into the call's arguments before any call is timed."""
     judged = impl not in UNJUDGED_IMPLS
     result = CaseResult(impl, "pass" if judged else "unjudged")
     checker = Checker(result, judged, check)
@@ -362,15 +407,19 @@ def run_benchmark_case(
         # idle time it leaves before the next repeat) is the judged implementation's
         valid = None if judged else [fn(A) for A in inputs]
         with impl_setup(impl):
-            return _timed_loop(fn, inputs, device, result, checker, valid, recheck, max_repeats, budget_ns)
+            return _timed_loop(fn, inputs, device, result, checker, valid, recheck, max_repeats, budget_ns, prepare)
     except Exception as exc:
         result.status, result.stats, result.message = "fail", None, f"raised {type(exc).__name__}: {exc}"
     return result
 
 
-def _timed_loop(fn, inputs, device, result, checker, valid, recheck, max_repeats, budget_ns) -> CaseResult:
+def _timed_loop(fn, inputs, device, result, checker, valid, recheck, max_repeats, budget_ns, prepare) -> CaseResult:
     originals = [A.clone() for A in inputs]
-    outputs = [fn(A.clone()) for A in inputs]
+    if prepare is None:
+        outputs = [fn(A.clone()) for A in inputs]
+    else:
+        inputs = [prepare(A) for A in inputs]
+        outputs = [fn(x) for x in inputs]
     if not all(checker.check(A, out) for A, out in zip(originals, valid or outputs)):
         return result
 
@@ -645,9 +694,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "stops at the first failure (default: benchmark)")
     p.add_argument("--op", choices=tuple(OPS), default="geqrf",
                    help="geqrf: (H, tau), QR2's problem (default); qr: (Q, R) as torch.linalg.qr returns them (mode "
-                        "\"reduced\"), checked by the same gates on that Q and R")
-    p.add_argument("--impl", default="qr2", help="implementation: qr2 (qr2_op.geqrf, or qr2_op.qr with --op qr; default) "
-                   "or torch (torch.geqrf, or torch.linalg.qr)")
+                        "\"reduced\"), checked by the same gates on that Q and R; orgqr: Q from qr2.geqrf's reflectors "
+                        "(made before the timed calls), the same gates on Q and triu(H); ormqr: Q^T A from them, "
+                        "the factor gate on it")
+    p.add_argument("--impl", default="qr2", help="implementation: qr2 (qr2_op's operator of --op; default) or torch "
+                   "(torch.geqrf, torch.linalg.qr, torch.linalg.householder_product or torch.ormqr)")
     p.add_argument("--compare", action="store_true",
                    help="time torch's op too (torch.geqrf, or torch.linalg.qr with --op qr), case by case, and report "
                         "speedups")
@@ -709,7 +760,7 @@ def run_warmups(fns: dict, cases: list[Case], device: str, rules: ModeRules, arg
             result = run_benchmark_case(
                 impl, fn, case, device, recheck=False,
                 max_repeats=repeats_for(impl, rules.warmup_repeats, args), budget_ns=rules.warmup_budget_ns,
-                check=OPS[args.op].check,
+                check=OPS[args.op].check, prepare=OPS[args.op].prepare,
             )
             runs = result.stats.runs if result.stats else 0
             print(f"warm-up {impl:<7} {case.label:<24} {runs} run(s) {result.status}", flush=True)
@@ -729,12 +780,12 @@ def run_cases(fns: dict, cases: list[Case], device: str, mode: str, args) -> lis
                 results[impl] = CaseResult(impl, "skipped", message="an earlier case failed")
                 continue
             if rules is None:
-                result = run_test_case(impl, fn, case, device, OPS[args.op].check)
+                result = run_test_case(impl, fn, case, device, OPS[args.op].check, OPS[args.op].prepare)
             else:
                 result = run_benchmark_case(
                     impl, fn, case, device, recheck=True,
                     max_repeats=repeats_for(impl, rules.repeats, args), budget_ns=rules.budget_ns,
-                    check=OPS[args.op].check,
+                    check=OPS[args.op].check, prepare=OPS[args.op].prepare,
                 )
                 if result.status == "fail" and rules.stop_at_first_failure:
                     stopped.add(impl)

@@ -401,6 +401,41 @@ def check_qr(A: torch.Tensor, output) -> tuple[bool, str]:
     return _check_factors(A.reshape(-1, m, n), Q.reshape(-1, m, k), R.reshape(-1, k, n))
 
 
+def check_orgqr(A: torch.Tensor, output) -> tuple[bool, str]:
+    """Check an orgqr output for the input ``A``: output is ``((H, tau), Q)``, where (H, tau) is a geqrf of A and Q
+    (*batch, m, k), k = min(m, n), was formed from it (``torch.linalg.householder_product``'s contract). The gates of
+    check_implementation on this Q and R = the first k rows of triu(H)."""
+    (H, tau), Q = output
+    m, n = A.shape[-2:]
+    k = min(m, n)
+    problem = _tensor_problem("Q", Q, (*A.shape[:-2], m, k), A.device)
+    if problem is not None:
+        return False, problem
+    R = torch.triu(H)[..., :k, :]
+    return _check_factors(A.reshape(-1, m, n), Q.reshape(-1, m, k), R.reshape(-1, k, n))
+
+
+def check_ormqr(A: torch.Tensor, output) -> tuple[bool, str]:
+    """Check an ormqr output for the input ``A``: output is ``((H, tau, A), X)``, where (H, tau) is a geqrf of A and X
+    = Q^T A (``torch.ormqr(H, tau, A, left=True, transpose=True)``). QR2's factor gate on Q^T A as the operator
+    computed it: ||triu(H) - X||_1 <= 20 max(m, n) eps32 ||A||_1 for every matrix (zeros below R's rows too)."""
+    (H, _, _), X = output
+    m, n = A.shape[-2:]
+    problem = _tensor_problem("X", X, tuple(A.shape), A.device)
+    if problem is not None:
+        return False, problem
+    n_eff = max(m, n)
+    A_norm = _l1_norms(A.reshape(-1, m, n))
+    residual = _l1_norms(torch.triu(H).reshape(-1, m, n).double() - X.reshape(-1, m, n).double())
+    scaled = _in_eps_units(residual, A_norm, n_eff)
+    if not _finite(scaled):
+        return False, "R - Q.T @ A residual produced NaN or Inf"
+    if bool((scaled > FACTOR_TOL_MULTIPLIER).any().item()):
+        worst = int(scaled.argmax().item())
+        return False, f"R - Q.T @ A is too large: matrix={worst}, scaled={scaled[worst].item():.3g}"
+    return True, f"scaled_factor_residual={scaled.amax().item():.3g}; batch={A_norm.numel()}; m={m}; n={n}"
+
+
 def _check_factors(A: torch.Tensor, Q: torch.Tensor, R: torch.Tensor) -> tuple[bool, str]:
     """QR2's gates for A (batch, m, n), Q (batch, m, k) and R (batch, k, n), all finite FP32: see
     check_implementation."""

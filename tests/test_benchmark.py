@@ -100,6 +100,29 @@ def test_qr_op_fails_a_wrong_q(capsys, monkeypatch):
     assert code == 1 and "R - Q.T @ A is too large" in out
 
 
+@pytest.mark.parametrize("op", ["orgqr", "ormqr"])
+def test_householder_ops_end_to_end(capsys, tmp_path, op):
+    """--op orgqr / ormqr time qr2's operator against torch's on reflectors made before the timed calls, and check
+    them by QR2's gates."""
+    path = tmp_path / f"{op}.json"
+    code, out = run_main(capsys, *TINY, "--op", op, "--compare", "--json-out", str(path))
+    assert code == 0, out
+    assert f"op={op}" in out and "result: pass" in out
+    report = json.loads(path.read_text())
+    assert all(c["results"][impl]["status"] == "pass" for c in report["cases"] for impl in ("qr2", "torch"))
+
+
+def test_householder_checks_fail_wrong_outputs():
+    A = torch.randn(3, 6, 6)
+    H, tau = torch.geqrf(A)
+    Q = torch.linalg.householder_product(H, tau)
+    assert reference.check_orgqr(A, ((H, tau), Q))[0]
+    assert "too large" in reference.check_orgqr(A, ((H, tau), torch.eye(6).expand_as(Q).contiguous()))[1]
+    X = torch.ormqr(H, tau, A, True, True)
+    assert reference.check_ormqr(A, ((H, tau, A), X))[0]
+    assert "too large" in reference.check_ormqr(A, ((H, tau, A), torch.ormqr(H, tau, A, True, False)))[1]
+
+
 def test_check_qr_rejects_shapes_and_lower_entries():
     A = torch.randn(3, 6, 4)
     Q, R = torch.linalg.qr(A)
