@@ -2,9 +2,9 @@
 
 ``import qr2_op.distributed`` registers them (``import qr2_op`` does so itself when ``torch.distributed.tensor`` is
 already loaded; importing it costs about half a second, so qr2 does not load it for everybody). Each matrix must be
-whole on one rank, so the placements qr2's geqrf runs with are a shard of one batch dimension (H and tau sharded on
-that dimension, each rank factoring its own matrices, no communication) or the input replicated (both outputs
-replicated). DTensor redistributes an input sharded otherwise (across a matrix's rows or columns) to one of them.
+whole on one rank, so the placements qr2's operators (geqrf, orgqr, ormqr) run with are a shard of one batch dimension
+(every argument and output sharded on that dimension, each rank working on its own matrices, no communication) or
+everything replicated. DTensor redistributes an input sharded otherwise (across a matrix's rows or columns) to one of them.
 ``qr2_op.qr`` of a DTensor decomposes each rank's own matrices the same way (``qr_where_it_lies``).
 """
 import torch
@@ -24,6 +24,26 @@ def _geqrf_placements(A):
 
 # the public operator and the twin that qr2_op.geqrf calls where autograd has nothing to record
 register_sharding([torch.ops.qr2.geqrf.default, torch.ops.qr2._geqrf_impl.default])(_geqrf_placements)
+
+
+def _orgqr_placements(A, tau):
+    """Q has A's batch dimensions: every argument and Q sharded on one batch dimension, or all replicated."""
+    strategies = [([Replicate()], [Replicate(), Replicate()])]
+    for dim in range(A.ndim - 2):
+        strategies.append(([Shard(dim)], [Shard(dim), Shard(dim)]))
+    return strategies
+
+
+def _ormqr_placements(A, tau, C, left=True, transpose=False):
+    """As orgqr's, with C sharded (or replicated) like A: left and transpose are not placements."""
+    strategies = [([Replicate()], [Replicate(), Replicate(), Replicate(), None, None])]
+    for dim in range(A.ndim - 2):
+        strategies.append(([Shard(dim)], [Shard(dim), Shard(dim), Shard(dim), None, None]))
+    return strategies
+
+
+register_sharding([torch.ops.qr2.orgqr.default, torch.ops.qr2._orgqr_impl.default])(_orgqr_placements)
+register_sharding([torch.ops.qr2.ormqr.default, torch.ops.qr2._ormqr_impl.default])(_ormqr_placements)
 
 
 def _column_major_strides(shape):

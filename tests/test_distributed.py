@@ -55,6 +55,25 @@ def _check_qr(mesh, A, placement):
             assert R.shape == Rr.shape and R.stride() == Rr.stride() and Q.stride() == Qr.stride()
 
 
+def _check_householder(mesh, A, C):
+    """qr2.orgqr and qr2.ormqr of batch-sharded reflectors: each rank works on its own matrices, outputs sharded alike
+    (bit for bit torch's on the CPU, where qr2 delegates to it)."""
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    import qr2_op
+
+    H, tau = torch.geqrf(A)
+    dH, dtau, dC = (distribute_tensor(t, mesh, [Shard(0)]) for t in (H, tau, C))
+    Q = qr2_op.orgqr(dH, dtau)
+    X = qr2_op.ormqr(dH, dtau, dC, False, True)
+    assert isinstance(Q, DTensor) and Q.placements == (Shard(0),) and X.placements == (Shard(0),)
+    assert torch.equal(Q.to_local(), qr2_op.orgqr(dH.to_local(), dtau.to_local())), "a rank's Q"
+    assert torch.equal(X.to_local(), qr2_op.ormqr(dH.to_local(), dtau.to_local(), dC.to_local(), False, True))
+    if A.device.type == "cpu":
+        assert torch.equal(Q.full_tensor(), torch.linalg.householder_product(H, tau))
+        assert torch.equal(X.full_tensor(), torch.ormqr(H, tau, C, False, True))
+
+
 def _worker(rank, world, port, backend):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     device = "cpu" if backend == "gloo" else "cuda"
@@ -93,6 +112,7 @@ def _worker(rank, world, port, backend):
         _check_qr(mesh, randn(5, 40, 30), Shard(0))
         _check_qr(mesh, randn(4, 20, 30), Replicate())
         _check_qr(mesh, randn(4, 40, 30), Shard(1))
+        _check_householder(mesh, randn(6, 40, 30), randn(6, 9, 40))
     finally:
         dist.destroy_process_group()
     # Every check passed. Leave without the interpreter's teardown: in about one full-suite run in three, a rank that
