@@ -31,7 +31,8 @@ int qr2_householder_apply(const qr2_apply* a, float* work, void* blas, const qr2
     for (int i = 0; i < blocks; ++i) {
         const int j = a->apply_q ? blocks - 1 - i : i; /* Q = Q_0 Q_1 ...: Q C applies the last block first */
         const int k0 = j * nb, w = r->k - k0 < nb ? r->k - k0 : nb, mr = r->m - k0;
-        const int c0 = a->from_identity ? k0 : 0; /* first column the block changes */
+        /* first column the block changes: from the identity, later blocks (applied first) left the earlier columns alone */
+        const int c0 = a->from_identity && a->apply_q ? k0 : 0;
         if (qr2_reflectors_unpack(r->batch, mr, w, r->h + k0 * (r->rs + r->cs), r->rs, r->cs, r->h_bs, v, mr,
                                   v_floats(r), stream))
             return 1;

@@ -21,9 +21,9 @@ typedef struct qr2_reflectors {
     int64_t tau_bs;
 } qr2_reflectors;
 
-/* C (m x nc per matrix, column-major, ld ldc, c_bs apart) = Q C (apply_q) or Q^T C, in place. from_identity: C holds
- * the first nc columns of the identity, so each block of reflectors touches only the columns from its own first on
- * (LAPACK sorgqr's saving). work: qr2_householder_work_floats floats, 16-byte aligned. */
+/* C (m x nc per matrix, column-major, ld ldc, c_bs apart) = Q C (apply_q) or Q^T C, in place. from_identity (with
+ * apply_q): C holds the first nc columns of the identity, so each block of reflectors touches only the columns from
+ * its own first on (LAPACK sorgqr's saving). work: qr2_householder_work_floats floats, 16-byte aligned. */
 typedef struct qr2_apply {
     const qr2_reflectors* r;
     int apply_q, from_identity;

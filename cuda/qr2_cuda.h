@@ -145,8 +145,8 @@ int qr2_panel_tall_run(const qr2_panel_job* job, void* work, const qr2_device* d
  * or, with apply_q, Q itself: C -= V (T W).
  * T: when t is not NULL it is taken from there (w x w, ld w, t_bs apart) instead of being built.
  * work: qr2_update_work_floats(w, nc) floats per matrix, work_bs apart, then qr2_update_split_floats(m, n, w, batch, dev)
- * floats for the whole call (rows split over blocks when a few matrices leave SMs idle). G in FP32 (cuBLAS,
- * CUBLAS_COMPUTE_32F, no TF32); the products with C on tensor cores at FP32 accuracy (3xTF32), or FP32 cuBLAS GEMMs
+ * floats for the whole call (rows split over blocks when a few matrices leave SMs idle). G in FP32 (partial sums
+ * over row ranges, added in order); the products with C on tensor cores at FP32 accuracy (3xTF32), or FP32 cuBLAS GEMMs
  * where fewer 32-column strips than SMs would leave the GPU idle.
  */
 typedef struct qr2_update_args {

@@ -5,8 +5,8 @@
 // T11 (s x s) and T22, the block above T22 is T12 = -T11 G12 T22 (G12 = V1^T V2). Blocks start at
 // s = 1 with T_ii = tau_i, so a reflector with tau = 0 gives a zero row and column of T: the
 // identity, as LAPACK intends. One thread block per matrix builds T in shared memory.
-// G = V^T V is an FP32 cuBLAS GEMM (only where the panel kernel built no T). The products with C run on tensor cores
-// at FP32 accuracy (3xTF32, tf32x3.cuh) in one kernel per update: a thread block takes one matrix's strip of 64 (or
+// G = V^T V is summed in FP32 by gram_kernel (only where the panel kernel built no T). The products with C run on
+// tensor cores at FP32 accuracy (3xTF32, tf32x3.cuh) in one kernel per update: a thread block takes one matrix's strip of 64 (or
 // 32) columns of C and computes W = V^T C_strip, W = T^T W and C_strip -= V W, so W never leaves shared memory and
 // the strip is read twice and written once. A few large matrices split the rows over blocks instead (three launches,
 // WyPart). On 640 x 512 x 512 the update takes 2.9 ms against 4.7 for the three FP32 cuBLAS GEMMs it replaced
@@ -37,8 +37,77 @@ constexpr int SPLIT_WAVE_BLOCKS = 4;    // blocks per SM a wave of the split upd
 constexpr int REDUCE_THREADS = 256;
 constexpr int SCALE_ZERO = INT_MIN / 2;  // a partial W's column that is exactly zero: no scale to take part in the sum
 
-__global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float* G, int64_t g_bs, const float* tau,
-                                                                    int64_t tau_bs, float* T, int64_t t_bs, int w) {
+// G = V^T V as `parts` partial sums over row ranges, w x w each, one matrix's parts consecutive and g_bs apart (the
+// parts are added in order: the same bits every run).
+constexpr int GRAM_THREADS = 256;
+constexpr int GRAM_ROWS = 32;          // rows of V staged per step
+constexpr int GRAM_SPLIT_ROWS = 256;   // rows of one partial Gram block, at least
+constexpr int MAX_GRAM_SPLITS = 16;
+
+// Thread (ti, tj) of a 16 x 16 grid sums the TILE x TILE block of G at rows TILE ti.., columns TILE tj..: two TILE-float
+// shared loads per TILE^2 FMAs (one load per FMA, as a thread per entry needs, ran 2.3x slower than cuBLAS).
+template <int WMAX>
+__global__ void __launch_bounds__(GRAM_THREADS) gram_kernel(int mr, int w, int split_rows, int parts, const float* v,
+                                                            int64_t ldv, int64_t v_bs, float* g, int64_t g_bs) {
+    constexpr int TILE = WMAX / 16, LD = WMAX + 4;  // LD: rows stay 16-byte aligned
+    static_assert(GRAM_THREADS == 256, "a 16 x 16 grid of threads");
+    __shared__ __align__(16) float Vs[GRAM_ROWS * LD];  // V(r, c) at r LD + c
+    const int64_t b = blockIdx.x / parts;
+    const int part = (int)(blockIdx.x - b * parts), tid = threadIdx.x;
+    const int i0 = TILE * (tid % 16), j0 = TILE * (tid / 16);
+    const int r_begin = part * split_rows, r_end = min(mr, r_begin + split_rows);
+    v += b * v_bs;
+    float acc[TILE][TILE] = {};
+    for (int r0 = r_begin; r0 < r_end; r0 += GRAM_ROWS) {
+        __syncthreads();
+        for (int idx = tid; idx < GRAM_ROWS * WMAX; idx += GRAM_THREADS) {  // a warp reads 32 rows of a column
+            const int r = idx % GRAM_ROWS, c = idx / GRAM_ROWS, row = r0 + r;
+            Vs[r * LD + c] = row < r_end && c < w ? v[row + (int64_t)c * ldv] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int r = 0; r < GRAM_ROWS; ++r) {
+            float x[TILE], y[TILE];
+            if constexpr (TILE % 4 == 0) {
+#pragma unroll
+                for (int q = 0; q < TILE / 4; ++q) {
+                    const float4 a = *reinterpret_cast<const float4*>(Vs + r * LD + i0 + 4 * q);
+                    const float4 c = *reinterpret_cast<const float4*>(Vs + r * LD + j0 + 4 * q);
+                    x[4 * q] = a.x, x[4 * q + 1] = a.y, x[4 * q + 2] = a.z, x[4 * q + 3] = a.w;
+                    y[4 * q] = c.x, y[4 * q + 1] = c.y, y[4 * q + 2] = c.z, y[4 * q + 3] = c.w;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < TILE; ++q) x[q] = Vs[r * LD + i0 + q], y[q] = Vs[r * LD + j0 + q];
+            }
+#pragma unroll
+            for (int p = 0; p < TILE; ++p)
+#pragma unroll
+                for (int q = 0; q < TILE; ++q) acc[p][q] = fmaf(x[p], y[q], acc[p][q]);
+        }
+    }
+    g += b * g_bs + (int64_t)part * w * w;
+#pragma unroll
+    for (int p = 0; p < TILE; ++p)
+#pragma unroll
+        for (int q = 0; q < TILE; ++q)
+            if (i0 + p < w && j0 + q < w) g[i0 + p + (j0 + q) * w] = acc[p][q];
+}
+
+// Partial Grams per matrix: one while the batch fills the GPU, else enough for two blocks per SM, each at least
+// GRAM_SPLIT_ROWS rows (cuBLAS's batched Gram GEMM ran 40 us on a 4096-row V at batch 2, on a few SMs).
+int gram_parts(int64_t batch, int mr, const qr2_device* dev) {
+    if (batch <= 0 || batch >= dev->sms) return 1;
+    int64_t p = (2 * (int64_t)dev->sms + batch - 1) / batch;
+    const int by_rows = (mr + GRAM_SPLIT_ROWS - 1) / GRAM_SPLIT_ROWS;
+    if (p > by_rows) p = by_rows;
+    if (p > MAX_GRAM_SPLITS) p = MAX_GRAM_SPLITS;
+    return p < 1 ? 1 : (int)p;
+}
+
+__global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float* G, int64_t g_bs, int parts,
+                                                                    const float* tau, int64_t tau_bs, float* T,
+                                                                    int64_t t_bs, int w) {
     extern __shared__ float smem[];
     float* Gs = smem;           // w x w, ld w
     float* Ts = Gs + w * w;     // w x w, ld w
@@ -51,7 +120,9 @@ __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float*
 
     for (int idx = tid; idx < w * w; idx += blockDim.x) {
         const int i = idx % w, j = idx / w;
-        Gs[idx] = G[idx];
+        float sum = 0.f;
+        for (int part = 0; part < parts; ++part) sum += G[(int64_t)part * w * w + idx];
+        Gs[idx] = sum;
         Ts[idx] = i == j ? tau[i] : 0.f;
     }
     __syncthreads();
@@ -546,7 +617,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
 template <int WMAX, int NT>
 __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
                                                                    int64_t t_rs, int64_t t_cs, int64_t t_bs,
-                                                                   WySplitWork sw) {
+                                                                   bool t_lower, WySplitWork sw) {
     constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread, tid + REDUCE_THREADS i
     static_assert(REDUCE_THREADS % WMAX == 0, "a warp's entries lie in one column");
     __shared__ float Ss[NT][WMAX + 1];    // the sum: (k, j) at [j][k]
@@ -603,8 +674,8 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
     for (int idx = tid; idx < WMAX * NT; idx += REDUCE_THREADS) {
         const int k = idx % WMAX, j = idx / WMAX;
         float acc = 0.f;
-        // T upper triangular (t_rs == 1), or T^T lower
-        const int r0 = t_rs == 1 ? 0 : k, r1 = t_rs == 1 ? k + 1 : WMAX;
+        // T upper triangular, or T^T lower
+        const int r0 = t_lower ? k : 0, r1 = t_lower ? WMAX : k + 1;
         for (int r = r0; r < r1; ++r) acc = fmaf(Tt[k][r], Ss[j][r], acc);
         wq[idx] = -acc;
     }
@@ -622,6 +693,7 @@ struct WyArgs {
     int64_t ldv, v_bs;
     const float* t;
     int64_t t_rs, t_cs, t_bs;  // T(r, c) at t[r t_rs + c t_cs]: T, or T^T to apply Q instead of Q^T
+    bool t_lower;              // whether that is T^T
     float* c;
     int64_t ldc, c_bs;
 };
@@ -700,7 +772,7 @@ int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_d
     how.grid = dim3((unsigned)(a.batch * strips));
     how.block = dim3(REDUCE_THREADS);
     if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
-                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, sw))
+                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw))
         return 1;
     const int per_sm = update_blocks_per_sm<WMAX, true, WyPart::apply>(dev);
     return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * strips, a.mr, per_sm, dev), sw, stream);
@@ -738,14 +810,16 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
 
 // The split update's workspace, after the batch's per-matrix regions: the scale exponents, one per column of 64 (at most
 // 6 SMs partials, 2 SMs (matrix, strip) items: items < 2 SMs whenever rows are split, and items x splits < 4 SMs +
-// items), then the partial W's and each item's W', WMAX x 64 each. Sized for an m x n problem with outer panels of w
-// columns.
+// items), then the partial W's and each item's W', WMAX x 64 each; before the update, gram_kernel's partial Grams where
+// it splits rows. Sized for an m x n problem with outer panels of w columns.
 int64_t split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
     const int64_t sms = dev->sms, splits = m / SPLIT_MIN_ROWS < MAX_SPLITS ? m / SPLIT_MIN_ROWS : MAX_SPLITS;
-    if (batch >= 2 * sms || splits < 2 || n <= 0) return 0;
+    const int64_t gram = batch * gram_parts(batch, (int)(m < INT_MAX ? m : INT_MAX), dev) * w * w;  // gram_kernel's
+    if (batch >= 2 * sms || splits < 2 || n <= 0) return gram > batch * w * w ? gram : 0;
     const int64_t items = batch * ((n + 63) / 64) < 2 * sms ? batch * ((n + 63) / 64) : 2 * sms;
     const int64_t parts = items * splits < 6 * sms ? items * splits : 6 * sms;
-    return 8 * sms * 64 + (parts + items) * (w <= 32 ? 32 : 64) * 64;
+    const int64_t update = 8 * sms * 64 + (parts + items) * (w <= 32 ? 32 : 64) * 64;
+    return update > gram ? update : gram;  // the partial Grams are summed before the update starts
 }
 
 }  // namespace
@@ -788,21 +862,29 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     // lost 1 x 100000 x 256 8.1 -> 8.3 (docs/results/2026-12-02-h200-update-waves.txt).
     const bool few_strips = a->batch * ((a->nc + 31) / 32) < dev->sms &&
                             (mr < 2 * SPLIT_MIN_ROWS || mr > SPLIT_MAX_ROWS);
-    if (T == nullptr || few_strips) {
+    if (few_strips) {
         // torch's handle carries torch's math mode (TF32 when torch allows it); qr2 picks its own.
         if (check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")) return 1;
     }
     if (T == nullptr) {
-        if (gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, w, w, mr, 1.f, a->v, a->ldv, a->v_bs, a->v, a->ldv, a->v_bs, 0.f, G, w,
-                 ws, a->batch, "cublasGemmStridedBatchedEx(G = V^T V)"))
+        // G = V^T V in FP32 partial sums (in the call's split region where rows are split), then T from their sum
+        const int parts = gram_parts(a->batch, mr, dev);
+        float* g = parts == 1 ? G : a->work + a->batch * ws;
+        const int64_t g_bs = parts == 1 ? ws : (int64_t)parts * w * w;
+        const int split_rows = ((mr + parts - 1) / parts + GRAM_ROWS - 1) / GRAM_ROWS * GRAM_ROWS;
+        Qr2Launch gram;
+        gram.grid = dim3((unsigned)(a->batch * parts));
+        gram.block = dim3(GRAM_THREADS);
+        auto kernel = w <= 32 ? gram_kernel<32> : w <= 64 ? gram_kernel<64> : gram_kernel<128>;
+        if (qr2_launch(kernel, gram, stream, "gram launch", mr, w, split_rows, parts, a->v, a->ldv, a->v_bs, g, g_bs))
             return 1;
         Qr2Launch how;
         how.grid = dim3((unsigned)a->batch);
         how.block = dim3(T_THREADS);
         how.smem = 3 * (size_t)w * w * sizeof(float);
         how.smem_limit = 3 * (size_t)QR2_UPDATE_MAX_W * QR2_UPDATE_MAX_W * sizeof(float);  // one value for every call
-        if (qr2_launch(larft_from_gram_kernel, how, stream, "larft_from_gram launch", (const float*)G, ws, a->tau,
-                       a->tau_bs, Tw, ws, w))
+        if (qr2_launch(larft_from_gram_kernel, how, stream, "larft_from_gram launch", (const float*)g, g_bs, parts,
+                       a->tau, a->tau_bs, Tw, ws, w))
             return 1;
         T = Tw;
         t_bs = ws;
@@ -816,7 +898,8 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         const int k = (a->apply_q ? pieces - 1 - i : i) * UPDATE_W;
         const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
-                              a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->c + k, a->ldc, a->c_bs};
+                              a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->apply_q != 0,
+                              a->c + k, a->ldc, a->c_bs};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
