@@ -85,7 +85,8 @@ static void delegate_to_aten(qr2_call* c, const shape* s) {
 }
 
 static qr2_call start(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
-    qr2_call c = {.op = OP, .in = {(AtenTensorHandle)(uintptr_t)stack[0]}, .n_out = 2};
+    qr2_call c = {.op = OP, .n_out = 2};
+    if (num_args >= 1) c.in[0] = (AtenTensorHandle)(uintptr_t)stack[0];
     if (num_args != 1 || num_outputs != 2) qr2_fail(&c, "expected 1 argument and 2 returns");
     return c;
 }

@@ -197,7 +197,7 @@ static void householder_cuda(StableIValue* stack, uint64_t num_args, uint64_t nu
             if (!c->failed && qr2_transpose_run(src, rs, cs, bs, out, (int)m, (int)n, batch, stream))
                 qr2_fail(c, "%s", qr2_cuda_last_error());
         } else {
-            ct = qr2_workspace(c, &c->temp[3], h.device, batch * m * n);
+            ct = qr2_workspace(c, &c->temp[3], h.device, qr2_mul_sat(batch, qr2_mul_sat(m, n)));
             a.c = ct, a.nc = (int)m, a.ldc = n, a.c_bs = m * n;
             if (!c->failed && qr2_transpose_run(src, cs, rs, bs, ct, (int)n, (int)m, batch, stream))
                 qr2_fail(c, "%s", qr2_cuda_last_error());

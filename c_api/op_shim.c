@@ -183,6 +183,7 @@ void qr2_allocate(qr2_call* c, AtenTensorHandle* t, int64_t dim, const int64_t* 
 
 float* qr2_workspace(qr2_call* c, AtenTensorHandle* t, int32_t device, int64_t floats) {
     float* data = 0;
+    if (floats < 0 || floats == INT64_MAX) qr2_fail(c, "the workspace's size overflows");
     if (floats <= 0 || c->failed) return 0;
     int64_t stride = 1;
     qr2_allocate(c, t, 1, &floats, &stride, aoti_torch_dtype_float32(), aoti_torch_device_type_cuda(), device,

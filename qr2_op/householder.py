@@ -26,6 +26,9 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     Returns:
         Q, ``(*, m, n)``, column-major inside each matrix (torch's strides).
     """
+    if torch.is_grad_enabled() and isinstance(A, torch.Tensor) and isinstance(tau, torch.Tensor) and (
+            A.requires_grad or tau.requires_grad):
+        _check_orgqr(A, tau)  # qr2's messages: torch's operator takes the call, and its own text does not cross the ABI
     return torch.ops.qr2.orgqr(A, tau)
 
 
@@ -43,7 +46,15 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
     Returns:
         The product, ``(*, m, n)``, column-major inside each matrix (torch's strides).
     """
+    args = (A, tau, C)
+    if torch.is_grad_enabled() and all(isinstance(t, torch.Tensor) for t in args) and any(
+            t.requires_grad for t in args):
+        _check_ormqr(A, tau, C, left)
     return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
+
+
+def _name(dtype):
+    return str(dtype).removeprefix("torch.")
 
 
 def _column_major(t: torch.Tensor, sizes) -> torch.Tensor:
@@ -67,9 +78,10 @@ def _check_common(name, tensors):
         _check(t.dim() >= dims, lambda: f"{name}: expected {label} of shape {shape} with at least {dims} "
                      f"dimension{'s' if dims > 1 else ''}, got {t.dim()} dimension(s)")
         _check(t.dtype in _LAPACK_DTYPES, lambda: f"{name}: expected a float32, float64, complex64 or "
-                     f"complex128 tensor for {label}, got {str(t.dtype).removeprefix('torch.')}")
+                     f"complex128 tensor for {label}, got {_name(t.dtype)}")
     for label, t in zip(("tau", "C"), tensors[1:]):
-        _check(t.dtype == A.dtype, lambda: f"{name}: expected {label} to have A's dtype")
+        _check(t.dtype == A.dtype, lambda: f"{name}: expected {label} to have A's dtype ({_name(A.dtype)}), got "
+               f"{_name(t.dtype)}")
         _check(t.device == A.device, lambda: f"{name}: expected {label} on A's device, got another device")
     tau = tensors[1]
     _check(tau.dim() == A.dim() - 1, lambda: f"{name}: expected tau to have one dimension less than A, got "
@@ -78,28 +90,36 @@ def _check_common(name, tensors):
         C = tensors[2]
         _check(C.dim() == A.dim(), lambda: f"{name}: expected C to have A's number of dimensions, got "
                      f"C.ndim={C.dim()} and A.ndim={A.dim()}")
-    for t in tensors[1:]:
-        _check(t.shape[:A.dim() - 2] == A.shape[:-2], lambda: f"{name}: expected the batch dimensions of tau"
-                     f"{' and C' if len(tensors) == 3 else ''} to equal A.shape[:-2]")
+    for i in range(A.dim() - 2):
+        _check(all(t.shape[i] == A.shape[i] for t in tensors[1:]), lambda: f"{name}: expected the batch dimensions "
+               f"of tau{' and C' if len(tensors) == 3 else ''} to equal A.shape[:-2], dimension {i} differs")
 
 
-def _orgqr_fake(A, tau):
+def _check_orgqr(A, tau):
     _check_common("qr2.orgqr", (A, tau))
     m, n = A.shape[-2:]
     _check(m >= n, lambda: f"qr2.orgqr: expected A of shape (*, m, n) with m >= n, got m={m}, n={n}")
     _check(tau.shape[-1] <= n, lambda: f"qr2.orgqr: expected tau.shape[-1] <= A.shape[-1], got "
                  f"{tau.shape[-1]} > {n}")
+
+
+def _orgqr_fake(A, tau):
+    _check_orgqr(A, tau)
     return _column_major(A, A.shape)
 
 
-def _ormqr_fake(A, tau, C, left=True, transpose=False):
+def _check_ormqr(A, tau, C, left):
     _check_common("qr2.ormqr", (A, tau, C))
     mn, ka = A.shape[-2:]
     order = C.shape[-2] if left else C.shape[-1]
     _check(order == mn, lambda: f"qr2.ormqr: expected C.shape[{-2 if left else -1}] == A.shape[-2] "
                  f"(left={left}), got {order} and {mn}")
-    _check(tau.shape[-1] == torch.sym_min(mn, ka), lambda: "qr2.ormqr: expected tau.shape[-1] == "
+    _check(tau.shape[-1] == min(mn, ka), lambda: "qr2.ormqr: expected tau.shape[-1] == "
                  f"min(A.shape[-2], A.shape[-1]) = {min(mn, ka)}, got {tau.shape[-1]}")
+
+
+def _ormqr_fake(A, tau, C, left=True, transpose=False):
+    _check_ormqr(A, tau, C, left)
     return _column_major(C, C.shape)
 
 
