@@ -6,7 +6,7 @@ import torch
 
 import qr2_op
 from conftest import requires_cuda
-from reference import EPS32, FACTOR_TOL_MULTIPLIER, ORTH_TOL_MULTIPLIER, generate_input
+from reference import CASE_NAMES, EPS32, FACTOR_TOL_MULTIPLIER, ORTH_TOL_MULTIPLIER, check_qr, generate_input
 
 SIDES = [(True, False), (True, True), (False, False), (False, True)]  # (left, transpose)
 
@@ -231,11 +231,21 @@ def test_cuda_graph_capture_and_side_stream():
 
 
 @requires_cuda
-@pytest.mark.parametrize("profile", ["dense", "rankdef", "mixed", "clustered"])
-def test_qr_on_qr2_kernels_within_gates(profile):
-    """qr2_op.qr's Q now comes from qr2.orgqr: QR2's factor and orthogonality gates against the original input."""
-    from reference import check_qr
-
-    A = generate_input(batch=8, n=256, cond=1, seed=5, case=profile)
-    ok, msg = check_qr(A, qr2_op.qr(A))
+@pytest.mark.parametrize("batch,n", [(8, 256), (3, 600)], ids=str)
+@pytest.mark.parametrize("profile", CASE_NAMES)
+def test_qr_on_qr2_kernels_within_gates(profile, batch, n):
+    """qr2_op.qr's Q comes from qr2.orgqr: QR2's factor and orthogonality gates against the original input, on every
+    input profile, and R is geqrf's upper triangle bit for bit."""
+    A = generate_input(batch=batch, n=n, cond=1, seed=5, case=profile)
+    Q, R = qr2_op.qr(A)
+    ok, msg = check_qr(A, (Q, R))
     assert ok, msg
+    assert torch.equal(R, torch.triu(qr2_op.geqrf(A)[0]))
+
+
+@requires_cuda
+def test_opcheck_cuda():
+    H, tau = torch.geqrf(torch.randn(3, 70, 40, device="cuda"))
+    C = torch.randn(3, 9, 70, device="cuda")
+    torch.library.opcheck(torch.ops.qr2.orgqr, (H, tau))
+    torch.library.opcheck(torch.ops.qr2.ormqr, (H, tau, C, False, True))
