@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine validation run: build for every target, the whole test suite, the QR2 leaderboard against
-# torch.geqrf, the QR2 tests, a shape sweep, and a sanitizer pass. Logs and JSON go to $OUT.
+# torch.geqrf, the QR2 tests, orgqr/ormqr/qr against torch, a shape sweep, and a sanitizer pass. Logs and JSON go to $OUT.
 # PART=1 runs the build, tests and leaderboard, PART=2 the build, sweeps (square, rectangular, small), sanitizers
 # and host-path probe (PART=2 can outgrow one 10-minute device command: run its lines separately then); unset
 # runs both.
@@ -15,6 +15,8 @@ timeout 240 python3 -m pytest tests -q --timeout 200 -p no:cacheprovider 2>&1 | 
 timeout 300 python3 benchmark.py --mode leaderboard --compare --max-repeats "${LB_REPEATS:-5}" --torch-max-repeats 2 \
   --json-out "$OUT/leaderboard.json" 2>&1 | tee "$OUT/leaderboard.log" | tail -24
 timeout 120 python3 benchmark.py --mode test 2>&1 | tee "$OUT/test_mode.log" | tail -3
+# orgqr, ormqr and qr2_op.qr against torch's operators
+timeout 150 python3 tools/householder_times.py --reps 5 2>&1 | tee "$OUT/householder.log" | tail -16
 fi
 if [ "${PART:-2}" = 2 ]; then
 sweep=()
