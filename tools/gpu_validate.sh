@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine validation run: build for every target, the whole test suite, the QR2 leaderboard against
-# torch.geqrf, the QR2 tests, orgqr/ormqr/qr against torch, a shape sweep, and a sanitizer pass. Logs and JSON go to $OUT.
+# torch.geqrf, the QR2 tests, orgqr/ormqr/qr against torch, a shape sweep, and a sanitizer pass. Logs and JSON go to
+# $OUT.
 # PART=1 runs the build, tests and leaderboard, PART=2 the build, sweeps (square, rectangular, small), sanitizers
 # and host-path probe (PART=2 can outgrow one 10-minute device command: run its lines separately then); unset
 # runs both.
