@@ -97,15 +97,19 @@ static void validate(householder_call* h) {
                  mn < ka ? mn : ka, k);
 }
 
-/* aten's operator on the call's arguments (which it takes). */
-static void delegate(householder_call* h) {
+/* `op` (aten's or the _impl twin) on the call's arguments, which it takes. */
+static void redispatch(householder_call* h, const char* op) {
     qr2_call* c = &h->c;
     if (c->failed) return;
     StableIValue st[5] = {0};
     for (int i = 0; i < h->n_args; ++i) st[i] = (StableIValue)(uintptr_t)c->in[i], c->in[i] = 0;
     st[3] = h->left, st[4] = h->transpose;
-    const char* op = h->ormqr ? "aten::ormqr" : "aten::linalg_householder_product";
     if (qr2_redispatch(c, op, st)) qr2_fail_nested(c, op);
+}
+
+/* aten's operator, which has the derivatives and every dtype and device. */
+static void delegate(householder_call* h) {
+    redispatch(h, h->ormqr ? "aten::ormqr" : "aten::linalg_householder_product");
 }
 
 static void householder_cpu(StableIValue* stack, uint64_t num_args, uint64_t num_outputs, int ormqr) {
@@ -226,15 +230,8 @@ static void householder_autograd(StableIValue* stack, uint64_t num_args, uint64_
         const int n = qr2_autograd_need(c, c->in[i]);
         if (n > need) need = n;
     }
-    if (need != QR2_PLAIN) {
-        delegate(&h);
-    } else if (!c->failed) {
-        const char* op = ormqr ? "qr2::_ormqr_impl" : "qr2::_orgqr_impl";
-        StableIValue st[5] = {0};
-        for (int i = 0; i < h.n_args; ++i) st[i] = (StableIValue)(uintptr_t)c->in[i], c->in[i] = 0;
-        st[3] = h.left, st[4] = h.transpose;
-        if (qr2_redispatch(c, op, st)) qr2_fail_nested(c, op);
-    }
+    if (need != QR2_PLAIN) delegate(&h);
+    else redispatch(&h, ormqr ? "qr2::_ormqr_impl" : "qr2::_orgqr_impl");
     qr2_finish(c, stack);
 }
 static void orgqr_autograd(StableIValue* stack, uint64_t na, uint64_t no) { householder_autograd(stack, na, no, 0); }

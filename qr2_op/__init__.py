@@ -87,6 +87,14 @@ def _contiguous_strides(sizes):
     return tuple(reversed(strides))
 
 
+def _column_major_strides(shape):
+    """LAPACK outputs' strides for `shape` (*, r, c), as torch lays them out: column-major per matrix, batch-major
+    outside."""
+    strides = list(_contiguous_strides((*shape[:-2], shape[-1], shape[-2])))
+    strides[-1], strides[-2] = strides[-2], strides[-1]
+    return tuple(strides)
+
+
 def _geqrf_fake(A):
     torch._check(A.dim() >= 2, lambda: f"qr2.geqrf: expected a tensor of shape (*, m, n), got {A.dim()} dimension(s)")
     torch._check(
@@ -94,10 +102,8 @@ def _geqrf_fake(A):
         lambda: f"qr2.geqrf: expected a float32, float64, complex64 or complex128 tensor, got {A.dtype}",
     )
     *batch, m, n = A.shape
-    strides = list(_contiguous_strides((*batch, n, m)))
-    strides[-1], strides[-2] = strides[-2], strides[-1]
     k = torch.sym_min(m, n)
-    H = A.new_empty_strided(tuple(A.shape), tuple(strides))
+    H = A.new_empty_strided(tuple(A.shape), _column_major_strides(A.shape))
     tau = A.new_empty_strided((*batch, k), _contiguous_strides((*batch, k)))
     return H, tau
 

@@ -46,13 +46,6 @@ register_sharding([torch.ops.qr2.orgqr.default, torch.ops.qr2._orgqr_impl.defaul
 register_sharding([torch.ops.qr2.ormqr.default, torch.ops.qr2._ormqr_impl.default])(_ormqr_placements)
 
 
-def _column_major_strides(shape):
-    """torch.linalg.qr's strides for `shape` (*, r, c): column-major per matrix, batch-major outside."""
-    strides = list(qr2_op._contiguous_strides((*shape[:-2], shape[-1], shape[-2])))
-    strides[-1], strides[-2] = strides[-2], strides[-1]
-    return tuple(strides)
-
-
 def qr_where_it_lies(A: DTensor, mode: str):
     """qr2_op.qr of a DTensor: where A is sharded on batch dimensions (or replicated) each rank decomposes its own
     matrices with no communication, and Q and R come back with A's placements; a placement across a matrix's rows or
@@ -70,7 +63,7 @@ def qr_where_it_lies(A: DTensor, mode: str):
 
     def whole(local, shape, placements):
         return DTensor.from_local(local, A.device_mesh, placements, run_check=False, shape=torch.Size(shape),
-                                  stride=_column_major_strides(shape) if len(shape) >= 2 else (1,))
+                                  stride=qr2_op._column_major_strides(shape) if len(shape) >= 2 else (1,))
 
     R = whole(R, (*batch, rows, n), keep)
     if mode == "r":

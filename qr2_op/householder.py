@@ -7,7 +7,7 @@ mode with an argument that requires grad, or forward-mode AD) run torch's own op
 """
 import torch
 
-from . import _lib
+from . import _column_major_strides, _lib
 
 __all__ = ["orgqr", "ormqr"]
 
@@ -57,11 +57,6 @@ def _name(dtype):
     return str(dtype).removeprefix("torch.")
 
 
-def _column_major(t: torch.Tensor, sizes) -> torch.Tensor:
-    *batch, m, n = sizes
-    return t.new_empty((*batch, n, m)).mT
-
-
 def _check(cond, message):
     """Raises RuntimeError(message()) unless cond. The fakes run under the C Autograd kernel's nested call, which
     loses a Python exception's text: the message is noted for that kernel to raise."""
@@ -105,7 +100,7 @@ def _check_orgqr(A, tau):
 
 def _orgqr_fake(A, tau):
     _check_orgqr(A, tau)
-    return _column_major(A, A.shape)
+    return A.new_empty_strided(A.shape, _column_major_strides(A.shape))
 
 
 def _check_ormqr(A, tau, C, left):
@@ -120,7 +115,7 @@ def _check_ormqr(A, tau, C, left):
 
 def _ormqr_fake(A, tau, C, left=True, transpose=False):
     _check_ormqr(A, tau, C, left)
-    return _column_major(C, C.shape)
+    return C.new_empty_strided(C.shape, _column_major_strides(C.shape))
 
 
 for _op, _fake in (("orgqr", _orgqr_fake), ("_orgqr_impl", _orgqr_fake), ("ormqr", _ormqr_fake),
