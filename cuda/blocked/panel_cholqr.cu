@@ -23,6 +23,7 @@
 // below FP32's for any panel the guard passes.
 #include <cooperative_groups.h>
 
+#include "cluster.cuh"
 #include "launch.cuh"
 
 namespace cg = cooperative_groups;
@@ -51,7 +52,8 @@ struct Small {             // 32 x 32 FP64 matrices, row-major, ld LD
                             // scratch x (U^-1, R2 R~, L^-1), once no block reads them
     double d[W];           // D: G1's diagonal, square-rooted
     double s[W];           // S: the reconstruction's signs
-    double inv[W];         // the reciprocals of a triangular factor's diagonal
+    double inv[W];         // the reciprocals of a triangular factor's diagonal, published step by step
+    unsigned progress[3];  // steps published: R~ (every block), R2 and L U (block 0)
     int ok, second_pass;   // block 0: the guard's verdict, read by every block; whether R2 != I
     unsigned below;        // bit c: column c has a non-zero entry below the diagonal in this block's rows
 };
@@ -127,15 +129,34 @@ __device__ void cluster_sum(cg::cluster_group& cluster, Small& sm, int which, do
     }
 }
 
-// The 32 x 32 steps below are one warp each, a lane's row or column in 32 registers, in a rolled loop over the steps
-// whose registers rotate (the active entry always in register 0), so that every index is known at compile time:
-// unrolled, each routine would be thousands of instructions run once per block, paced by instruction fetch.
-// Rows of the other operand come from shared memory as broadcasts.
+// The 32 x 32 steps below run on one warp each, a lane's row or column in 32 registers, in a rolled loop over the
+// steps whose registers rotate (the active entry always in register 0), so that every index is known at compile time:
+// unrolled, each routine would be thousands of instructions run once per block, paced by instruction fetch. Rows of
+// the other operand come from shared memory as broadcasts.
+//
+// A factorisation (the producer) and the inverses of its factors (consumers, on other warps) run as a pipeline: step k
+// of an inverse needs only row or column k of the factor, which the producer publishes at its step k (a release of
+// the step count in shared memory; the consumer acquires it). One step is a chain of a shuffle, a reciprocal or
+// square root, a shared-memory round trip and an FMA, so the consumers and the rest of the producer's step fill the
+// gaps in it instead of running after it.
 
-// One warp: the upper Cholesky factor R of the symmetric 32 x 32 matrix in `a`, written over it (zeros below the
-// diagonal); lane j holds column j. With `normalise`, of a divided by its diagonal's square roots (kept in d) on both
-// sides. Returns whether every pivot was positive and finite (the same on every lane).
-__device__ bool warp_cholesky(double* a, bool normalise, double* d, double* inv, int lane) {
+__device__ __forceinline__ void publish_step(unsigned* progress, unsigned steps, int lane) {
+    __syncwarp();  // orders every lane's stores of the step before lane 0's release
+    if (lane == 0) asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(smem_addr(progress)), "r"(steps) : "memory");
+}
+
+__device__ __forceinline__ void wait_step(const unsigned* progress, unsigned steps) {
+    unsigned seen;
+    do {
+        asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(seen) : "r"(smem_addr(progress)) : "memory");
+    } while (seen < steps);
+}
+
+// Producer: the upper Cholesky factor R of the symmetric 32 x 32 matrix in `a`, written over it row by row (zeros
+// below the diagonal); lane j holds column j. With `normalise`, of a divided by its diagonal's square roots (kept in
+// d) on both sides. Publishes R's row k and inv[k] = 1 / R_kk at step k. Returns whether every pivot was positive
+// and finite (the same on every lane).
+__device__ bool warp_cholesky(double* a, bool normalise, double* d, double* inv, unsigned* progress, int lane) {
     double c[W];
 #pragma unroll
     for (int s = 0; s < W; ++s) c[s] = a[s * LD + lane];
@@ -149,33 +170,38 @@ __device__ bool warp_cholesky(double* a, bool normalise, double* d, double* inv,
         const double rj = inv[lane];
 #pragma unroll
         for (int s = 0; s < W; ++s) c[s] *= rj * inv[s];
+        __syncwarp();  // inv is rewritten below
     }
+    double piv = __shfl_sync(FULL, c[0], 0);
 #pragma unroll 1
     for (int k = 0; k < W; ++k) {  // c[s] holds row k + s
-        const double piv = __shfl_sync(FULL, c[0], k);
         ok = ok && piv > 0.0 && piv < INFINITY;
-        const double r = lane >= k ? c[0] * rsqrt(piv) : 0.0;
+        const double rs = rsqrt(piv);
+        const double r = lane >= k ? c[0] * rs : 0.0;
         a[k * LD + lane] = r;  // R[k][lane]
-        __syncwarp();
+        if (lane == 0) inv[k] = rs;
+        publish_step(progress, k + 1, lane);
         const double* rk = a + k * LD + k;
+        c[0] = c[1] - (k + 1 < W ? rk[1] : 0.0) * r;
+        piv = __shfl_sync(FULL, c[0], (k + 1) & (W - 1));  // the next pivot's chain starts before the rest
 #pragma unroll
-        for (int s = 1; s < W; ++s) c[s - 1] = c[s] - (k + s < W ? rk[s] : 0.0) * r;
+        for (int s = 2; s < W; ++s) c[s - 1] = c[s] - (k + s < W ? rk[s] : 0.0) * r;
         c[W - 1] = 0.0;
     }
     __syncwarp();
     return __all_sync(FULL, ok);
 }
 
-// One warp: out = the inverse of the upper triangular u (row-major X, lane i computing row i: x_j finished in
-// increasing j, the rest updated in axpy form); inv: scratch for the diagonal's reciprocals. out may not be u.
-__device__ void warp_upper_inverse(const double* u, double* out, double* inv, int lane) {
-    inv[lane] = 1.0 / u[lane * LD + lane];
-    __syncwarp();
+// Consumer: out = the inverse of the upper triangular u that a producer publishes row by row with inv[j] = 1 / u_jj
+// (row-major X, lane i computing row i: x_j finished in increasing j, the rest updated in axpy form). out may not be u.
+__device__ void warp_upper_inverse(const double* u, double* out, const double* inv, const unsigned* progress,
+                                   int lane) {
     double acc[W];  // acc[s]: column j + s of row `lane`
 #pragma unroll
     for (int s = 0; s < W; ++s) acc[s] = s == lane ? 1.0 : 0.0;
 #pragma unroll 1
     for (int j = 0; j < W; ++j) {
+        wait_step(progress, j + 1);
         const double xj = acc[0] * inv[j];
         out[lane * LD + j] = xj;
         const double* uj = u + j * LD + j;
@@ -186,54 +212,66 @@ __device__ void warp_upper_inverse(const double* u, double* out, double* inv, in
     __syncwarp();
 }
 
-// One warp: out = the inverse of the unit lower triangular part of lu (strictly below the diagonal), row-major, lane i
-// computing row i with y_j finished in decreasing j.
-__device__ void warp_unit_lower_inverse(const double* lu, double* out, int lane) {
-    double acc[W];  // acc[s]: column j - s of row `lane`
+// Producer: z - diag(s) = L U without pivoting, s_k = -sign of the k-th pivot (so |U_kk| >= 1); in place, lane j
+// holding column j. Publishes at step k U's row k, inv[k] = 1 / U_kk and L's column k unscaled (U_kk L_ik: lane k
+// stores its registers as they are, and every lane folds 1 / U_kk into its multiplier); scale_lower() finishes L.
+__device__ void warp_signed_lu(double* z, double* s, double* inv, unsigned* progress, int lane) {
+    double c[W];
 #pragma unroll
-    for (int s = 0; s < W; ++s) acc[s] = W - 1 - s == lane ? 1.0 : 0.0;
+    for (int i = 0; i < W; ++i) c[i] = z[i * LD + lane];
+    double p = __shfl_sync(FULL, c[0], 0);
 #pragma unroll 1
-    for (int j = W - 1; j >= 0; --j) {
-        const double yj = acc[0];
-        out[lane * LD + j] = yj;
-        const double* lj = lu + j * LD + j;
+    for (int k = 0; k < W; ++k) {  // c[i] holds row k + i
+        const double sk = p >= 0.0 ? -1.0 : 1.0;
+        const double ukk = p - sk;
+        const double r = __drcp_rn(ukk);
+        if (lane == k) {
+            c[0] = ukk;
 #pragma unroll
-        for (int s = 1; s < W; ++s) acc[s - 1] = acc[s] - yj * (j - s >= 0 ? lj[-s] : 0.0);
-        acc[W - 1] = 0.0;
+            for (int i = 1; i < W; ++i)
+                if (k + i < W) z[(k + i) * LD + k] = c[i];
+        }
+        if (lane >= k) z[k * LD + lane] = c[0];  // U's row k
+        if (lane == 0) s[k] = sk, inv[k] = r;
+        publish_step(progress, k + 1, lane);
+        const double t = c[0] * r;  // U_k,lane / U_kk
+        const double* zk = z + k * LD + k;
+        c[0] = lane > k && k + 1 < W ? c[1] - zk[LD] * t : c[1];
+        p = __shfl_sync(FULL, c[0], (k + 1) & (W - 1));
+#pragma unroll
+        for (int i = 2; i < W; ++i) c[i - 1] = lane > k && k + i < W ? c[i] - zk[i * LD] * t : c[i];
+        c[W - 1] = 0.0;
     }
     __syncwarp();
 }
 
-// One warp: z - diag(s) = L U without pivoting, s_k = -sign of the k-th pivot (so |U_kk| >= 1); in place, lane j
-// holding column j.
-__device__ void warp_signed_lu(double* z, double* s, int lane) {
-    double c[W];
+// Consumer of warp_signed_lu: out = L^-1 (unit lower; row-major, lane j computing column j by forward substitution,
+// y_k finished at step k).
+__device__ void warp_unit_lower_inverse(const double* z, double* out, const double* inv, const unsigned* progress,
+                                        int lane) {
+    double y[W];  // y[s]: row k + s of column `lane`
 #pragma unroll
-    for (int i = 0; i < W; ++i) c[i] = z[i * LD + lane];
+    for (int s = 0; s < W; ++s) y[s] = s == lane ? 1.0 : 0.0;
 #pragma unroll 1
-    for (int k = 0; k < W; ++k) {  // c[i] holds row k + i
-        const double p = __shfl_sync(FULL, c[0], k);
-        const double sk = p >= 0.0 ? -1.0 : 1.0;
-        const double ukk = p - sk;
-        if (lane == k) {  // column k below the diagonal becomes L's
-            const double r = 1.0 / ukk;
-            c[0] = ukk;
-            s[k] = sk;
+    for (int k = 0; k < W; ++k) {
+        wait_step(progress, k + 1);
+        const double yk = y[0];
+        out[k * LD + lane] = yk;
+        const double t = yk * inv[k];  // L_ik = z_ik / U_kk
+        const double* zk = z + k * LD + k;
 #pragma unroll
-            for (int i = 1; i < W; ++i)
-                if (k + i < W) z[(k + i) * LD + k] = c[i] * r;
-        }
-        if (lane >= k) z[k * LD + lane] = c[0];  // U's row k
-        __syncwarp();
-        const double ukj = c[0];
-#pragma unroll
-        for (int i = 1; i < W; ++i) {
-            const double lik = k + i < W ? z[(k + i) * LD + k] : 0.0;
-            c[i - 1] = lane > k ? c[i] - lik * ukj : c[i];
-        }
-        c[W - 1] = 0.0;
+        for (int s = 1; s < W; ++s) y[s - 1] = y[s] - (k + s < W ? zk[s * LD] : 0.0) * t;
+        y[W - 1] = 0.0;
     }
     __syncwarp();
+}
+
+// L's columns, left unscaled by warp_signed_lu, divided by U's diagonal (all the block's threads).
+__device__ void scale_lower(double* z, const double* inv, int t) {
+    for (int e = t; e < W * W; e += THREADS) {
+        const int i = e / W, j = e % W;
+        if (i > j) z[i * LD + j] *= inv[j];
+    }
 }
 
 // BLOCK_ROWS: the rows a block holds at most.
@@ -253,7 +291,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     const int rows8 = (rows + 7) & ~7;
     float* panel = a.h + b * a.h_bs;
 
-    if (t == 0) sm.below = 0u;
+    if (t == 0) sm.below = 0u, sm.progress[0] = sm.progress[1] = sm.progress[2] = 0u;
     __syncthreads();
     // the block's rows into shared memory, zeros to the next multiple of 8 (every load issued before the stores)
     {
@@ -286,10 +324,11 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     cluster.sync();
     __shared__ int ok1;
     if (warp == 0) {
-        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, lane);
+        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, &sm.progress[0], lane);
         if (lane == 0) ok1 = ok;
-        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, lane);
-        const double rd = 1.0 / sm.d[lane];
+    } else if (warp == 1) {
+        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, &sm.progress[0], lane);
+        const double rd = 1.0 / sm.d[lane];  // d is in before the first step's release
 #pragma unroll
         for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;  // row `lane` by 1 / d
     }
@@ -322,11 +361,10 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
             unsigned below = lane < C ? cluster.map_shared_rank(&sm, lane)->below : 0u;
             below = __reduce_or_sync(FULL, below);
             bool ok = ok1 && near_identity && below == 0xffffffffu;
-            if (second) {
-                ok = warp_cholesky(sm.g2, false, nullptr, sm.inv, lane) && ok;
-                warp_upper_inverse(sm.g2, sm.r2inv, sm.inv, lane);
-            }
+            if (second) ok = warp_cholesky(sm.g2, false, nullptr, sm.inv, &sm.progress[1], lane) && ok;
             if (lane == 0) sm.ok = ok, sm.second_pass = second;
+        } else if (warp == 1 && second) {
+            warp_upper_inverse(sm.g2, sm.r2inv, sm.inv, &sm.progress[1], lane);
         }
         __syncthreads();
         if (sm.ok) {
@@ -336,11 +374,11 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
                 for (int e = t; e < W * W; e += THREADS) sm.z[(e / W) * LD + e % W] = X[(e / W) * LD + e % W];
             }
             __syncthreads();
-            if (warp == 0) warp_signed_lu(sm.z, sm.s, lane);
+            if (warp == 0) warp_signed_lu(sm.z, sm.s, sm.inv, &sm.progress[2], lane);
+            if (warp == 1) warp_upper_inverse(sm.z, second ? x : sm.n, sm.inv, &sm.progress[2], lane);  // reads U only
+            if (warp == 2) warp_unit_lower_inverse(sm.z, sm.r1inv, sm.inv, &sm.progress[2], lane);  // L^-1 for T
             __syncthreads();
-            if (warp == 0) warp_upper_inverse(sm.z, second ? x : sm.n, sm.inv, lane);  // reads U only
-            if (warp == 1) warp_unit_lower_inverse(sm.z, sm.r1inv, lane);  // L^-1 for T (R1^-1 is done with)
-            __syncthreads();
+            scale_lower(sm.z, sm.inv, t);
             if (second) times(sm.r2inv, 32, x, sm.n, warp, lane);  // N = R2^-1 U^-1
             __syncthreads();
         }
