@@ -9,7 +9,7 @@
 // A cluster of C blocks holds the panel's m rows (at most 256 or 512 a block) in shared memory as FP64, and per matrix:
 //   1. G1 = P^T P (DMMA; each entry of the blocks' partials summed by one block in rank order and stored into every
 //      block, so all get the same bits), normalised by its diagonal D, Cholesky R~ (R1 = R~ D), R1^-1;
-//   2. Y = P R1^-1 and G2 = Y^T Y, summed into block 0. The guard: every pivot positive and finite, |G2 - I| <=
+//   2. Y = P R1^-1 and G2 = Y^T Y, summed into every block likewise. The guard: every pivot positive and finite, |G2 - I| <=
 //      GUARD_G2 entrywise, and every column non-zero somewhere below its diagonal (LAPACK gives a column that is
 //      already zero there tau = 0, which the reconstruction cannot). A matrix that fails (rank-deficient or badly
 //      conditioned panel, zero column, triangular structure, NaN or Inf) is written nothing and flagged in done[] for
@@ -18,7 +18,9 @@
 //   3. R = R2 R1. Householder reconstruction (LAPACK sorhr_col): Q's top 32 x 32 block minus S = diag(-sign) is
 //      factored L U without pivoting (S chosen during elimination so no pivot has magnitude below 1); then the
 //      reflectors are V = [L; Q_bottom U^-1], tau_j = -S_j U_jj (in [1, 2]), T = -U S L^-T, and R's rows take S.
-//      Block 0 stores N = R2^-1 U^-1 into every block, which writes its rows of V as Y N.
+//      Every block rebuilds Y's top block from the panel's top rows and computes the guard, the reconstruction and
+//      N = R2^-1 U^-1 itself (the same bits everywhere: sending N from one block cost more), then writes its rows of
+//      V as Y N; the last block builds T, block 0 writes R.
 // FP64 throughout: CholeskyQR's loss of orthogonality (FP64 rounding times the panel's condition squared) stays far
 // below FP32's for any panel the guard passes.
 #include <cooperative_groups.h>
@@ -44,18 +46,19 @@ constexpr unsigned FULL = 0xffffffffu;
 struct Small {             // 32 x 32 FP64 matrices, row-major, ld LD
     double g[W * LD];      // G1 summed, then R~ (upper)
     double r1inv[W * LD];  // R1^-1 = D^-1 R~^-1: the B operand of Y = P R1^-1
-    double g2[W * LD];     // block 0: G2 summed, then R2 (upper)
-    double r2inv[W * LD];  // block 0: R2^-1
-    double z[W * LD];      // block 0: Q's top block, then its L U (U on and above the diagonal)
-    double n[W * LD];      // N = R2^-1 U^-1 (block 0's, copied by every block of the cluster)
-    double part[2][W * W];  // this block's partial G1 (read by every block) and G2 (read by block 0); then block 0's
-                            // scratch x (U^-1, R2 R~, L^-1), once no block reads them
+    double g2[W * LD];     // G2 summed, then R2 (upper)
+    double r2inv[W * LD];  // R2^-1; in the last block then U S
+    double z[W * LD];      // the panel's top block, then Y's, then Q's, then its L U (U on and above the diagonal)
+    double n[W * LD];      // N = R2^-1 U^-1; in the last block then U S L^-T
+    double part[2][W * W];  // this block's partial G1 and G2 (read by every block); then scratch x (U^-1, and in
+                            // block 0 R2 R~), once no block reads them
     double d[W];           // D: G1's diagonal, square-rooted
     double s[W];           // S: the reconstruction's signs
     double inv[W];         // the reciprocals of a triangular factor's diagonal, published step by step
     unsigned progress[3];  // steps published: R~ (every block), R2 and L U (block 0)
-    int ok, second_pass;   // block 0: the guard's verdict, read by every block; whether R2 != I
+    int ok, second_pass;   // the guard's verdict; whether R2 != I
     unsigned below;        // bit c: column c has a non-zero entry below the diagonal in this block's rows
+    unsigned below_all;    // the same over the cluster's rows
 };
 
 __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
@@ -245,8 +248,8 @@ __device__ void warp_signed_lu(double* z, double* s, double* inv, unsigned* prog
     __syncwarp();
 }
 
-// Consumer of warp_signed_lu: out = L^-1 (unit lower; row-major, lane j computing column j by forward substitution,
-// y_k finished at step k).
+// Consumer of warp_signed_lu: out = L^-T (row-major; lane j computes column j of L^-1, row j of out, by forward
+// substitution, y_k finished at step k).
 __device__ void warp_unit_lower_inverse(const double* z, double* out, const double* inv, const unsigned* progress,
                                         int lane) {
     double y[W];  // y[s]: row k + s of column `lane`
@@ -256,7 +259,7 @@ __device__ void warp_unit_lower_inverse(const double* z, double* out, const doub
     for (int k = 0; k < W; ++k) {
         wait_step(progress, k + 1);
         const double yk = y[0];
-        out[k * LD + lane] = yk;
+        out[lane * LD + k] = yk;
         const double t = yk * inv[k];  // L_ik = z_ik / U_kk
         const double* zk = z + k * LD + k;
 #pragma unroll
@@ -280,7 +283,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     extern __shared__ __align__(16) unsigned char smem[];
     double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
     Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * BLOCK_ROWS * LD);
-    double* x = sm.part[0];  // block 0's scratch, once the partial Gram matrices are summed
+    double* x = sm.part[0];  // scratch, once the partial Gram matrices are summed
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), q = (int)cluster.block_rank();
     const int64_t b = blockIdx.x / C;
@@ -314,6 +317,9 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
             }
         below = __reduce_or_sync(FULL, below);
         if (lane == 0 && below) atomicOr(&sm.below, below);
+        // the panel's top 32 rows, from which every block rebuilds Q's top block (block 0 writes them only at the end,
+        // after the cluster barriers below)
+        for (int e = t; e < W * W; e += THREADS) sm.z[(e % W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W];
     }
     __syncthreads();
 
@@ -321,6 +327,11 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     gram(X, rows8, sm.part[0], warp, lane);
     cluster.sync();
     cluster_sum(cluster, sm, 0, sm.g, true, t, C, q);
+    if (warp == 0) {  // whether every column has a non-zero below its diagonal, over the cluster's rows
+        unsigned below = lane < C ? cluster.map_shared_rank(&sm, lane)->below : 0u;
+        below = __reduce_or_sync(FULL, below);
+        if (lane == 0) sm.below_all = below;
+    }
     cluster.sync();
     __shared__ int ok1;
     if (warp == 0) {
@@ -334,16 +345,18 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     }
     __syncthreads();
 
-    // 2. Y = P R1^-1 and its Gram matrix, summed by block 0
+    // 2. Y = P R1^-1 (and Y's top block from the panel's top rows) and its Gram matrix, summed into every block
     times(X, rows8, sm.r1inv, X, warp, lane);
+    times(sm.z, W, sm.r1inv, sm.z, warp, lane);
     __syncthreads();
     gram(X, rows8, sm.part[1], warp, lane);
     cluster.sync();
-    cluster_sum(cluster, sm, 1, sm.g2, false, t, C, q);
-    cluster.sync();
+    cluster_sum(cluster, sm, 1, sm.g2, true, t, C, q);
+    cluster.sync();  // the last access to another block's shared memory is behind this
 
-    // 3. block 0: the guard, R2 where the first pass left Q short of orthogonal, the reconstruction, N = R2^-1 U^-1
-    if (q == 0) {
+    // 3. every block, on the same bits: the guard, R2 where the first pass left Q short of orthogonal, the
+    // reconstruction, N = R2^-1 U^-1 (computing them everywhere is quicker than sending N from one block)
+    {
         __shared__ int near_identity, exact;
         if (t == 0) near_identity = exact = 1;
         __syncthreads();
@@ -358,9 +371,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
         const bool second = !exact;
         if (warp == 0) {
             // a column already zero below its diagonal gets tau = 0 from LAPACK (H_c = I): a Householder panel's job
-            unsigned below = lane < C ? cluster.map_shared_rank(&sm, lane)->below : 0u;
-            below = __reduce_or_sync(FULL, below);
-            bool ok = ok1 && near_identity && below == 0xffffffffu;
+            bool ok = ok1 && near_identity && sm.below_all == 0xffffffffu;
             if (second) ok = warp_cholesky(sm.g2, false, nullptr, sm.inv, &sm.progress[1], lane) && ok;
             if (lane == 0) sm.ok = ok, sm.second_pass = second;
         } else if (warp == 1 && second) {
@@ -369,33 +380,18 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
         __syncthreads();
         if (sm.ok) {
             if (second) {
-                times(X, 32, sm.r2inv, sm.z, warp, lane);  // Q's top block (warps 0-3)
-            } else {
-                for (int e = t; e < W * W; e += THREADS) sm.z[(e / W) * LD + e % W] = X[(e / W) * LD + e % W];
+                times(sm.z, W, sm.r2inv, sm.z, warp, lane);  // Q's top block (warps 0-3); else Y's is Q's
+                __syncthreads();
             }
-            __syncthreads();
             if (warp == 0) warp_signed_lu(sm.z, sm.s, sm.inv, &sm.progress[2], lane);
             if (warp == 1) warp_upper_inverse(sm.z, second ? x : sm.n, sm.inv, &sm.progress[2], lane);  // reads U only
-            if (warp == 2) warp_unit_lower_inverse(sm.z, sm.r1inv, sm.inv, &sm.progress[2], lane);  // L^-1 for T
+            if (warp == 2) warp_unit_lower_inverse(sm.z, sm.r1inv, sm.inv, &sm.progress[2], lane);  // L^-T, for T
             __syncthreads();
             scale_lower(sm.z, sm.inv, t);
             if (second) times(sm.r2inv, 32, x, sm.n, warp, lane);  // N = R2^-1 U^-1
             __syncthreads();
         }
-        // the verdict and N into every other block (stores, not their loads: one trip fewer)
-        const int verdict = sm.ok;
-        for (int r = 1; r < C; ++r) {
-            Small* other = cluster.map_shared_rank(&sm, r);
-            if (t == 0) other->ok = verdict;
-            if (verdict)
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int at = ((t + THREADS * u) / W) * LD + t % W;
-                    other->n[at] = sm.n[at];
-                }
-        }
     }
-    cluster.sync();  // the last access to another block's shared memory is behind this
     const bool ok = sm.ok;
     if (q == 0 && t == 0) done[b] = ok;
     if (!ok) return;
@@ -411,9 +407,25 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
             panel[(int64_t)c * a.ldh + row0 + i] = y;
             v[(int64_t)c * a.ldv + a.v_row0 + row0 + i] = y;
         }
+    if (q == C - 1) {  // the last block: T = -U S L^-T (M = U S, U on and above z's diagonal) and tau
+        for (int e = t; e < W * W; e += THREADS) {
+            const int i = e / W, k = e % W;
+            sm.r2inv[i * LD + k] = k >= i ? sm.z[i * LD + k] * sm.s[k] : 0.0;  // R2^-1 and N are done with
+        }
+        __syncthreads();
+        times(sm.r2inv, W, sm.r1inv, sm.n, warp, lane);
+        __syncthreads();
+        float* T = a.t + b * a.t_bs;
+        for (int e = t; e < W * W; e += THREADS) {  // T column-major, ld W
+            const int i = e % W, j = e / W;
+            const float tij = i <= j ? (float)-sm.n[i * LD + j] : 0.f;
+            T[j * W + i] = tij;
+            if (i == j) a.tau[b * a.tau_bs + j] = tij;
+        }
+    }
     if (q != 0) return;
 
-    // block 0: R = R2 R~ D with S on its rows, L below it; V's top block; tau; T = -U S L^-T
+    // block 0: R = R2 R~ D with S on its rows, L below it; V's top block
     const bool second = sm.second_pass;
     if (second) times(sm.g2, 32, sm.g, x, warp, lane);  // R2 R~ (both upper)
     __syncthreads();
@@ -426,14 +438,6 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     }
     for (int c = warp; c < W; c += NWARPS)
         for (int i = lane; i < a.v_row0; i += 32) v[(int64_t)c * a.ldv + i] = 0.f;
-    float* T = a.t + b * a.t_bs;
-    for (int j = warp; j < W; j += NWARPS) {  // T column-major, ld W
-        const int i = lane;
-        double s = 0.0;
-        for (int k = i; k <= j; ++k) s -= sm.z[i * LD + k] * sm.s[k] * sm.r1inv[j * LD + k];
-        T[j * W + i] = i <= j ? (float)s : 0.f;
-        if (i == j) a.tau[b * a.tau_bs + j] = (float)s;
-    }
 }
 
 constexpr size_t smem_bytes(int block_rows) { return sizeof(double) * block_rows * LD + sizeof(Small); }
