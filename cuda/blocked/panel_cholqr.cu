@@ -55,7 +55,7 @@ struct Small {             // 32 x 32 FP64 matrices, row-major, ld LD
     double d[W];           // D: G1's diagonal, square-rooted
     double s[W];           // S: the reconstruction's signs
     double inv[W];         // the reciprocals of a triangular factor's diagonal, published step by step
-    unsigned progress[3];  // steps published: R~ (every block), R2 and L U (block 0)
+    unsigned progress[3];  // steps published: R~, R2, L U
     int ok, second_pass;   // the guard's verdict; whether R2 != I
     unsigned below;        // bit c: column c has a non-zero entry below the diagonal in this block's rows
     unsigned below_all;    // the same over the cluster's rows
@@ -110,9 +110,8 @@ __device__ void times(const double* X, int rows, const double* B, double* out, i
 
 // The sum over the cluster's blocks of their part[which], each entry summed by one block (a slice of 1024 / C
 // entries each, the C loads in flight together, added in rank order) and stored into matrix `dst` (ld LD) of every
-// block (all) or of block 0. A cluster.sync must follow before dst is read.
-__device__ void cluster_sum(cg::cluster_group& cluster, Small& sm, int which, double* dst, bool all, int t, int C,
-                            int q) {
+// block. A cluster.sync must follow before dst is read.
+__device__ void cluster_sum(cg::cluster_group& cluster, Small& sm, int which, double* dst, int t, int C, int q) {
     const int slice = W * W / C;
     for (int e = t; e < slice; e += THREADS) {
         const int entry = q * slice + e;
@@ -124,11 +123,7 @@ __device__ void cluster_sum(cg::cluster_group& cluster, Small& sm, int which, do
 #pragma unroll
         for (int r = 0; r < MAX_CLUSTER; ++r) sum += v[r];
         const int at = (entry / W) * LD + entry % W;
-        if (all) {
-            for (int r = 0; r < C; ++r) cluster.map_shared_rank(dst, r)[at] = sum;
-        } else {
-            cluster.map_shared_rank(dst, 0)[at] = sum;
-        }
+        for (int r = 0; r < C; ++r) cluster.map_shared_rank(dst, r)[at] = sum;
     }
 }
 
@@ -326,7 +321,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     // 1. G1, summed over the cluster; R~ and D; R1^-1 = D^-1 R~^-1 (every block, the same bits)
     gram(X, rows8, sm.part[0], warp, lane);
     cluster.sync();
-    cluster_sum(cluster, sm, 0, sm.g, true, t, C, q);
+    cluster_sum(cluster, sm, 0, sm.g, t, C, q);
     if (warp == 0) {  // whether every column has a non-zero below its diagonal, over the cluster's rows
         unsigned below = lane < C ? cluster.map_shared_rank(&sm, lane)->below : 0u;
         below = __reduce_or_sync(FULL, below);
@@ -351,7 +346,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     __syncthreads();
     gram(X, rows8, sm.part[1], warp, lane);
     cluster.sync();
-    cluster_sum(cluster, sm, 1, sm.g2, true, t, C, q);
+    cluster_sum(cluster, sm, 1, sm.g2, t, C, q);
     cluster.sync();  // the last access to another block's shared memory is behind this
 
     // 3. every block, on the same bits: the guard, R2 where the first pass left Q short of orthogonal, the
