@@ -8,6 +8,9 @@ FP32, where the product of two such operands is exact and only the sums round, a
   tf32       operands rounded to TF32 once
   3xtf32     a = hi + lo (both TF32): hi.hi + hi.lo + lo.hi
   bf16x3     a = a0 + a1 + a2 (BF16): the six products of order <= 2
+  fp16x3     rows of the left operand and columns of the right one scaled by powers of two to a largest entry in
+             [2^14, 2^15), then a = hi + lo (both FP16, subnormals kept): hi.hi + hi.lo + lo.hi (FP16 tensor cores
+             run twice TF32's rate)
   tf32_vw    only the largest product, V W, in TF32; the other two in FP32
 
     python tools/precision_study.py [--n 512,1024] [--conds 0,4,8] [--batch 2] [--modes ...] [--out FILE]
@@ -46,6 +49,18 @@ def split(x, bits, terms):
     return parts
 
 
+def pow2_scale(amax):
+    """The power of two that takes amax into [2^14, 2^15) (1 where amax is zero)."""
+    e = torch.frexp(torch.where(amax > 0, amax, torch.ones_like(amax))).exponent  # amax in [2^(e-1), 2^e)
+    return torch.ldexp(torch.ones_like(amax), (15 - e).to(torch.int32)).to(amax.dtype)
+
+
+def split_fp16(x):
+    """x (FP32) = hi + lo + (what FP16 cannot hold), hi and lo FP16 values (as FP32), rounded to nearest."""
+    hi = x.half().float()
+    return hi, (x - hi).half().float()
+
+
 def product(a, b, mode):
     if mode == "fp32":
         return a @ b
@@ -55,6 +70,12 @@ def product(a, b, mode):
         ah, al = split(a, 10, 2)
         bh, bl = split(b, 10, 2)
         return (al @ bh + ah @ bl) + ah @ bh
+    if mode == "fp16x3":
+        sa = pow2_scale(a.abs().amax(-1, keepdim=True))  # per row of a
+        sb = pow2_scale(b.abs().amax(-2, keepdim=True))  # per column of b
+        ah, al = split_fp16(a * sa)
+        bh, bl = split_fp16(b * sb)
+        return ((al @ bh + ah @ bl) + ah @ bh) / sa / sb
     if mode == "bf16x3":
         a0, a1, a2 = split(a, 7, 3)
         b0, b1, b2 = split(b, 7, 3)
