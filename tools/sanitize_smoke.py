@@ -30,7 +30,7 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_nb32", 1, 9000, 40),  # the many-block tall panel
           ("blocked_cholqr_nb32", 2, 700, 700), ("blocked_cholqr_nb32", 40, 300, 300),  # CholeskyQR panels
           ("blocked_cholqr_nb32", 1, 2100, 300),  # 256-row blocks, 16-block clusters
-          ("blocked_cholqr_nb32", 4, 100, 100)]  # one block a panel (what racecheck can run; few matrices, so it finishes)
+          ("blocked_cholqr_nb32", 4, 100, 100)]  # one block a panel (what racecheck can run, in time)
 
 CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 
