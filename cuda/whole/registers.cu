@@ -136,14 +136,22 @@ __device__ __forceinline__ void warp_sums(float (&s)[N]) {
         for (int k = 0; k < N; ++k) s[k] += __shfl_xor_sync(FULL, s[k], off);
 }
 
-// Register i of a lane holds a row at or below r for some lane exactly when 32 i + 31 >= r (warp-uniform).
-__device__ __forceinline__ bool reaches(int i, int r) { return 32 * i + 31 >= r; }
+// Row tests of register i against reflector r (warp-uniform) and against row p = lane + rel (per lane). G0: every
+// reflector starts in register group 0 (panels: r < T_MAX = 32), so the tests of registers i >= 1 are compile-time
+// constants; without G0 each would be an integer compare on every use, as a thread has only 7 predicate registers
+// (ncu, 512-row panel: ISETP 16 % of the instructions).
+template <bool G0>
+__device__ __forceinline__ bool reaches(int i, int r) { return G0 || 32 * i + 31 >= r; }  // a row >= r, some lane
+template <bool G0>
+__device__ __forceinline__ bool below(int i, int rel) { return G0 && i > 0 ? true : 32 * i > rel; }  // row > p
+template <bool G0>
+__device__ __forceinline__ bool on(int i, int rel) { return G0 && i > 0 ? false : 32 * i == rel; }  // row == p
 
 // Reflector p from column x (rows >= p; this lane holds rows lane + 32 i), given alpha = x[p] and the
 // tail's sum of squares ss: LAPACK slarfg. Leaves beta on the diagonal and v below it in x, this lane's
 // rows of v (1 at row p, 0 above) in v; returns tau. `reflect`: the tail has a non-zero (else tau = 0 and
 // the column stays as it is, as in LAPACK). Tails whose squares sum below 2^-100 get FP64.
-template <int RL>
+template <int RL, bool G0>
 __device__ __forceinline__ float finish_reflector(float (&x)[RL], float (&v)[RL], int p, int lane, float alpha,
                                                   float ss, bool reflect) {
     const int rel = p - lane;  // register i holds row p exactly when 32 i == rel
@@ -162,7 +170,7 @@ __device__ __forceinline__ float finish_reflector(float (&x)[RL], float (&v)[RL]
         double ss64 = 0.0;
 #pragma unroll
         for (int i = 0; i < RL; ++i)
-            if (32 * i > rel) ss64 = fma((double)x[i], (double)x[i], ss64);
+            if (below<G0>(i, rel)) ss64 = fma((double)x[i], (double)x[i], ss64);
         double beta64, tau64;
         householder_scalars((double)alpha, warp_sum(ss64), beta64, tau64, scal64);
         beta = (float)beta64;
@@ -170,10 +178,10 @@ __device__ __forceinline__ float finish_reflector(float (&x)[RL], float (&v)[RL]
     }
 #pragma unroll
     for (int i = 0; i < RL; ++i) {
-        if (32 * i > rel) {
+        if (below<G0>(i, rel)) {
             x[i] = tiny ? (float)(x[i] * scal64) : reflect ? x[i] * scal : x[i];
             v[i] = reflect ? x[i] : 0.f;
-        } else if (32 * i == rel) {
+        } else if (on<G0>(i, rel)) {
             x[i] = beta;
             v[i] = 1.f;
         } else {
@@ -184,24 +192,24 @@ __device__ __forceinline__ float finish_reflector(float (&x)[RL], float (&v)[RL]
 }
 
 // Reflector p from column x, its tail norm reduced directly.
-template <int RL>
+template <int RL, bool G0>
 __device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], int p, int lane) {
     const int rel = p - lane;
     float s[3] = {0.f, 0.f, 0.f};  // tail sum of squares, alpha, tail non-zeros
 #pragma unroll
     for (int i = 0; i < RL; ++i) {
-        if (!reaches(i, p)) continue;
-        s[0] = 32 * i > rel ? fmaf(x[i], x[i], s[0]) : s[0];
-        s[1] = 32 * i == rel ? x[i] : s[1];
-        s[2] += 32 * i > rel && x[i] != 0.f ? 1.f : 0.f;
+        if (!reaches<G0>(i, p)) continue;
+        s[0] = below<G0>(i, rel) ? fmaf(x[i], x[i], s[0]) : s[0];
+        s[1] = on<G0>(i, rel) ? x[i] : s[1];
+        s[2] += below<G0>(i, rel) && x[i] != 0.f ? 1.f : 0.f;
     }
     warp_sums(s);
-    return finish_reflector(x, v, p, lane, s[1], s[0], s[2] > 0.f);
+    return finish_reflector<RL, G0>(x, v, p, lane, s[1], s[0], s[2] > 0.f);
 }
 
 // The chain step: applies reflector r (v, tau) to column x = column r + 1 and builds reflector r + 1 from it
 // (into x and vn; returns its tau), with one warp reduction when the tail-norm expansion holds.
-template <int RL>
+template <int RL, bool G0>
 __device__ __forceinline__ float apply_and_reflect(const float (&v)[RL], float tau, float (&x)[RL], float (&vn)[RL],
                                                    int r, int lane) {
     const int p = r + 1, rel = p - lane;
@@ -209,26 +217,26 @@ __device__ __forceinline__ float apply_and_reflect(const float (&v)[RL], float t
     float s[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < RL; ++i) {
-        if (!reaches(i, r)) continue;
+        if (!reaches<G0>(i, r)) continue;
         s[0] = fmaf(v[i], x[i], s[0]);
-        const bool t = 32 * i > rel;
+        const bool t = below<G0>(i, rel);
         s[1] = t ? fmaf(x[i], x[i], s[1]) : s[1];
         s[2] = t ? fmaf(v[i], x[i], s[2]) : s[2];
         s[3] = t ? fmaf(v[i], v[i], s[3]) : s[3];
-        s[4] = 32 * i == rel ? x[i] : s[4];
-        s[5] = 32 * i == rel ? v[i] : s[5];
+        s[4] = on<G0>(i, rel) ? x[i] : s[4];
+        s[5] = on<G0>(i, rel) ? v[i] : s[5];
     }
     warp_sums(s);
     const float w = tau * s[0];
 #pragma unroll
     for (int i = 0; i < RL; ++i)
-        if (reaches(i, r)) x[i] = fmaf(-w, v[i], x[i]);
+        if (reaches<G0>(i, r)) x[i] = fmaf(-w, v[i], x[i]);
     const float alpha = fmaf(-w, s[5], s[4]);  // the same FMA as the owning lane's update of x[p]
     const float ss = fmaf(w, fmaf(w, s[3], -2.f * s[2]), s[1]);
     // kept when the terms were at most 8x the result (cancellation cost <= 3 bits) and FP32 squares are exact
     // enough; warp-uniform, because every lane holds the same sums
-    if (ss >= 0.25f * fmaf(w * w, s[3], s[1]) && ss >= QR2_TINY_SUM_OF_SQUARES) return finish_reflector(x, vn, p, lane, alpha, ss, true);
-    return make_reflector(x, vn, p, lane);
+    if (ss >= 0.25f * fmaf(w * w, s[3], s[1]) && ss >= QR2_TINY_SUM_OF_SQUARES) return finish_reflector<RL, G0>(x, vn, p, lane, alpha, ss, true);
+    return make_reflector<RL, G0>(x, vn, p, lane);
 }
 
 // Applies reflector r (v, tau) to this warp's columns c with live[c].
@@ -261,7 +269,7 @@ __device__ __forceinline__ void column_sums(float (&d)[C], int lane) {
 // Retired slots (live[c] false: warp-uniform, always the last ones) are skipped from 4 rows per lane on
 // (H200, kernel alone: b40 n176 156 -> 148 us, b40 n256 370 -> 347 us); below that the branches cost more
 // than the FMAs they save (b640 n64 96 -> 121 us), and retired slots are computed on zeros.
-template <int RL, int C>
+template <int RL, int C, bool G0>
 __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau, float (&x)[C][RL],
                                                 const bool (&live)[C], int r, int lane) {
     float d[C];
@@ -271,7 +279,7 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
         if (RL < 4 || live[c]) {
 #pragma unroll
             for (int i = 0; i < RL; ++i)
-                if (reaches(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
+                if (reaches<G0>(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
         }
     }
     column_sums(d, lane);
@@ -281,7 +289,7 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
         if (RL < 4 || live[c]) {
 #pragma unroll
             for (int i = 0; i < RL; ++i)
-                if (reaches(i, r)) x[c][i] = RL >= 4 || live[c] ? fmaf(-w, v[i], x[c][i]) : x[c][i];
+                if (reaches<G0>(i, r)) x[c][i] = RL >= 4 || live[c] ? fmaf(-w, v[i], x[c][i]) : x[c][i];
         }
     }
 }
@@ -289,10 +297,10 @@ __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau,
 // Publishes reflector r (this lane's rows v, and tau): in this block's shared memory, where every lane
 // release-arrives on its mbarrier (count 32) after its own stores, and in a cluster also in the other
 // block's, through st.async stores that complete that block's mbarrier by their bytes. Writes tau out.
-template <int RL, int CL>
+template <int RL, int CL, bool G0>
 __device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, float* vs, float* taus,
                                         uint64_t* bars, float* tau_out, int q, int lane) {
-    const int g = r >> 5;  // register groups above g are zero: not kept
+    const int g = G0 ? 0 : r >> 5;  // register groups above g are zero: not kept
     float* mine = vs + reflector_offset(r, RL) + lane - 32 * g;
 #pragma unroll
     for (int i = 0; i < RL; ++i)
@@ -311,12 +319,12 @@ __device__ __forceinline__ void publish(int r, const float (&v)[RL], float tau, 
 
 // Writes column j of H (h points at this lane's row 0 of the matrix, columns ldh apart): R (rows <= j) scaled
 // back by 2^expo, v below it as is.
-template <int RL>
+template <int RL, bool G0>
 __device__ __forceinline__ void write_column(const float (&x)[RL], float* h, int j, int64_t ldh, int lane, int ml,
                                              int expo) {
 #pragma unroll
     for (int i = 0; i < RL; ++i)
-        if (32 * i < ml) h[j * ldh + 32 * i] = 32 * i <= j - lane ? scalbnf(x[i], expo) : x[i];
+        if (32 * i < ml) h[j * ldh + 32 * i] = !below<G0>(i, j - lane) ? scalbnf(x[i], expo) : x[i];
 }
 
 // Writes reflector j (this lane's rows of it) into column j of the explicit V.
@@ -328,10 +336,10 @@ __device__ __forceinline__ void write_reflector(const float (&v)[RL], float* vou
 }
 
 // Column j (x[0]) is final: writes it out and shifts the warp's later columns down one slot.
-template <int RL, int C>
+template <int RL, int C, bool G0>
 __device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j, int64_t ldh, int lane, int ml,
                                               int expo) {
-    write_column(x[0], h, j, ldh, lane, ml, expo);
+    write_column<RL, G0>(x[0], h, j, ldh, lane, ml, expo);
 #pragma unroll
     for (int c = 0; c + 1 < C; ++c)
 #pragma unroll
@@ -340,13 +348,16 @@ __device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j
     for (int i = 0; i < RL; ++i) x[C - 1][i] = 0.f;
 }
 
-// Panels: column j of G = V^T V (G[i][j] = v_i . v_j for i < j) from reflector j (vj, in this warp's
-// registers) and the earlier ones in shared memory, all kept whole (j < 32: from register group 0). Runs on
-// the warp that built reflector j, off the chain (its next link is G steps away), eight dots at a time to
-// keep registers free: a reduce-scatter leaves dot 8 c + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
+// Panels: column j of G = V^T V (G[i][j] = v_i . v_j for i < j) from reflector j and the earlier ones, all in
+// shared memory and kept whole (j < 32: from register group 0). Runs on the warp that built and published
+// reflector j, off the chain (its next link is G steps away), eight dots at a time to keep registers free: a
+// reduce-scatter leaves dot 8 c + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
 template <int RL>
-__device__ __forceinline__ void reflector_dots(const float (&vj)[RL], const float* vs, float (*gs)[T_MAX + 1], int j,
-                                               int lane) {
+__device__ __forceinline__ void reflector_dots(const float* vs, float (*gs)[T_MAX + 1], int j, int lane) {
+    __syncwarp();  // every lane's stores of reflector j are visible to the others
+    float vj[RL];
+#pragma unroll
+    for (int k = 0; k < RL; ++k) vj[k] = vs[32 * RL * j + 32 * k + lane];
     for (int c = 0; 8 * c < j; ++c) {
         float d[8];
 #pragma unroll
@@ -386,6 +397,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int G = CL * nwarps;     // warps per matrix
     const int g = q * nwarps + warp;  // this warp holds columns g + G c, c < C
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
+    constexpr bool G0 = PANEL;        // panels: every reflector starts in register group 0 (K <= T_MAX)
     if (PANEL && a.done && a.done[mat]) return;  // every block of the cluster returns: none waits on another
     if (PANEL)  // G's entries that no reflector writes (columns past K) must be finite
         for (int i = t; i < T_MAX * (T_MAX + 1); i += blockDim.x) (&gs[0][0])[i] = 0.f;
@@ -444,15 +456,17 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int steps = last < K ? last : K;                   // reflectors 0 .. steps-1 reach its columns
     float vm[RL], taum = 0.f;  // this warp's newest reflector
     if (jn == 0 && K > 0) {
-        taum = make_reflector(x[0], vm, 0, lane);
-        publish<RL, CL>(0, vm, taum, vs, taus, bars, tau_out, q, lane);
+        taum = make_reflector<RL, G0>(x[0], vm, 0, lane);
+        publish<RL, CL, G0>(0, vm, taum, vs, taus, bars, tau_out, q, lane);
         if constexpr (PANEL) write_reflector(vm, vout, 0, a.ldv, ml);
-        retire_column(x, h, jn, a.ldh, lane, ml, expo);
+        retire_column<RL, C, G0>(x, h, jn, a.ldh, lane, ml, expo);
         jn += G;
     }
     for (int r = 0; r < steps; ++r) {
         float v[RL], tau;
-        if (r + G == jn) {  // this warp built reflector r (its previous column)
+        // this warp built reflector r (its previous column): whole matrices keep it in registers; panels reload
+        // it, so that it is not live across the apply (RL = 16 at two blocks an SM spilled 16 registers a step)
+        if (!PANEL && r + G == jn) {
 #pragma unroll
             for (int i = 0; i < RL; ++i) v[i] = vm[i];
             tau = taum;
@@ -460,30 +474,30 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
             bar_wait(&bars[r]);
             tau = taus[r];
             // kept from register group r / 32 down (zero above): one base address, constant offsets
-            const float* vr = vs + reflector_offset(r, RL) - 32 * (r >> 5) + lane;
+            const float* vr = vs + (G0 ? 32 * RL * r : reflector_offset(r, RL) - 32 * (r >> 5)) + lane;
 #pragma unroll
-            for (int i = 0; i < RL; ++i) v[i] = reaches(i, r) ? vr[32 * i] : 0.f;
+            for (int i = 0; i < RL; ++i) v[i] = reaches<G0>(i, r) ? vr[32 * i] : 0.f;
         }
         // column r + 1, when this warp holds it, is the chain's next link: it goes first
         if (r + 1 == jn && jn < K) {
-            taum = apply_and_reflect(v, tau, x[0], vm, r, lane);
-            publish<RL, CL>(jn, vm, taum, vs, taus, bars, tau_out, q, lane);
+            taum = apply_and_reflect<RL, G0>(v, tau, x[0], vm, r, lane);
+            publish<RL, CL, G0>(jn, vm, taum, vs, taus, bars, tau_out, q, lane);
             if constexpr (PANEL) write_reflector(vm, vout, jn, a.ldv, ml);
-            retire_column(x, h, jn, a.ldh, lane, ml, expo);
+            retire_column<RL, C, G0>(x, h, jn, a.ldh, lane, ml, expo);
             jn += G;
         }
         bool live[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) live[c] = jn + G * c < n;
-        apply_reflector<RL, C>(v, tau, x, live, r, lane);
+        apply_reflector<RL, C, G0>(v, tau, x, live, r, lane);
         if constexpr (PANEL)  // after the apply: v is dead, its registers free
-            if (r + 1 == jn - G) reflector_dots(vm, vs, gs, r + 1, lane);
+            if (r + 1 == jn - G) reflector_dots<RL>(vs, gs, r + 1, lane);
     }
 
     // columns no reflector was built from (n > m): all R
 #pragma unroll
     for (int c = 0; c < C; ++c)
-        if (jn + G * c < n) write_column(x[c], h, jn + G * c, a.ldh, lane, ml, expo);
+        if (jn + G * c < n) write_column<RL, G0>(x[c], h, jn + G * c, a.ldh, lane, ml, expo);
     if (PANEL && q == 0)  // rows above the panel's reflectors
         for (int i = t; i < a.v_row0 * K; i += blockDim.x)
             a.v[mat * a.v_bs + (int64_t)(i / a.v_row0) * a.ldv + i % a.v_row0] = 0.f;
