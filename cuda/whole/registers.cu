@@ -207,25 +207,36 @@ __device__ __forceinline__ float make_reflector(float (&x)[RL], float (&v)[RL], 
     return finish_reflector<RL, G0>(x, v, p, lane, s[1], s[0], s[2] > 0.f);
 }
 
+// Accumulators of a lane's share of a dot product: two (even and odd registers) for panels of 8 or more rows a lane,
+// whose 16-long FMA chains stalled their warps (ncu: "wait" 32 % of the stall samples); whole matrices keep one, and
+// their bits.
+__host__ __device__ constexpr int dot_accumulators(int RL, bool G0) { return G0 && RL >= 8 ? 2 : 1; }
+
 // The chain step: applies reflector r (v, tau) to column x = column r + 1 and builds reflector r + 1 from it
 // (into x and vn; returns its tau), with one warp reduction when the tail-norm expansion holds.
 template <int RL, bool G0>
 __device__ __forceinline__ float apply_and_reflect(const float (&v)[RL], float tau, float (&x)[RL], float (&vn)[RL],
                                                    int r, int lane) {
     const int p = r + 1, rel = p - lane;
-    // v . x over rows >= r; over the tail (rows > p): x.x, v.x, v.v; then x[p] and v[p]
-    float s[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    // v . x over rows >= r; over the tail (rows > p): x.x, v.x, v.v; then x[p] and v[p]. Panels of 8 or more rows a
+    // lane sum even and odd registers apart (chains half as long: this reduction is the panel's critical path).
+    constexpr int ACC = dot_accumulators(RL, G0);
+    float s[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < RL; ++i) {
         if (!reaches<G0>(i, r)) continue;
-        s[0] = fmaf(v[i], x[i], s[0]);
+        float* a = ACC == 2 && (i & 1) ? o : s;
+        a[0] = fmaf(v[i], x[i], a[0]);
         const bool t = below<G0>(i, rel);
-        s[1] = t ? fmaf(x[i], x[i], s[1]) : s[1];
-        s[2] = t ? fmaf(v[i], x[i], s[2]) : s[2];
-        s[3] = t ? fmaf(v[i], v[i], s[3]) : s[3];
+        a[1] = t ? fmaf(x[i], x[i], a[1]) : a[1];
+        a[2] = t ? fmaf(v[i], x[i], a[2]) : a[2];
+        a[3] = t ? fmaf(v[i], v[i], a[3]) : a[3];
         s[4] = on<G0>(i, rel) ? x[i] : s[4];
         s[5] = on<G0>(i, rel) ? v[i] : s[5];
     }
+    if constexpr (ACC == 2)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s[k] += o[k];
     warp_sums(s);
     const float w = tau * s[0];
 #pragma unroll
@@ -272,14 +283,19 @@ __device__ __forceinline__ void column_sums(float (&d)[C], int lane) {
 template <int RL, int C, bool G0>
 __device__ __forceinline__ void apply_reflector(const float (&v)[RL], float tau, float (&x)[C][RL],
                                                 const bool (&live)[C], int r, int lane) {
-    float d[C];
+    constexpr int ACC = dot_accumulators(RL, G0);
+    float d[C], o[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        d[c] = 0.f;
+        d[c] = o[c] = 0.f;
         if (RL < 4 || live[c]) {
 #pragma unroll
-            for (int i = 0; i < RL; ++i)
-                if (reaches<G0>(i, r)) d[c] = fmaf(v[i], x[c][i], d[c]);  // rows above r: v is zero there
+            for (int i = 0; i < RL; ++i)  // rows above r: v is zero there
+                if (reaches<G0>(i, r)) {
+                    float& a = ACC == 2 && (i & 1) ? o[c] : d[c];
+                    a = fmaf(v[i], x[c][i], a);
+                }
+            if constexpr (ACC == 2) d[c] += o[c];
         }
     }
     column_sums(d, lane);
