@@ -159,21 +159,30 @@ __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float*
 // recurrence, as larft_from_gram_kernel applies it at every level), with V1^T V2 summed in FP32 over the rows from w1
 // down (V2 is zero above its row w1). Where both halves' panel kernels built their T, this replaces the Gram GEMM and
 // the whole recursive build of a 64-wide T.
+// V1^T V2: four groups of 64 threads take a quarter of each staged chunk's rows; a thread sums a 4 x 4 tile of X
+// (rows ti + 8p, columns tj + 8q) from 16-byte shared loads, 8 loads per 64 FMAs (one load per FMA, with a thread per
+// four entries, ran 62 us a launch at 640 x 512 x 512: bound by shared loads). The groups' tiles are summed in order.
 constexpr int MERGE_THREADS = 256;
 constexpr int MERGE_ROWS = 64;  // rows of V1 and V2 staged per step
 constexpr int MERGE_H = QR2_PANEL_MAX_W;
-constexpr int MERGE_PER = MERGE_H * MERGE_H / MERGE_THREADS;  // entries of X per thread: (lane, warp + 8 e)
+constexpr int MERGE_LD = MERGE_ROWS + 4;  // column stride of the staged V: 16-byte rows, a warp's 8 columns on distinct banks
+constexpr int MERGE_GROUPS = MERGE_THREADS / 64;
+constexpr int MERGE_PER = MERGE_H * MERGE_H / MERGE_THREADS;  // entries of X per thread in the triangular products
+static_assert(MERGE_H == 32 && MERGE_ROWS % (4 * MERGE_GROUPS) == 0, "8 x 8 threads of 4 x 4 tiles cover X");
+static_assert(MERGE_GROUPS * MERGE_H * (MERGE_H + 1) <= 2 * MERGE_H * MERGE_LD, "the groups' tiles fit the stage");
 
 __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
                                                                int64_t v_bs, const float* t1, const float* t2,
                                                                int64_t t_bs, float* t, int64_t out_bs) {
-    __shared__ float V1s[MERGE_ROWS][MERGE_H + 1];  // stride 33: a warp's rows (or columns) hit distinct banks
-    __shared__ float V2s[MERGE_ROWS][MERGE_H + 1];
+    __shared__ __align__(16) float stage[2 * MERGE_H * MERGE_LD];  // V1 then V2, column c at c MERGE_LD; then partials
     __shared__ float X[MERGE_H][MERGE_H + 1];
     __shared__ float T1s[MERGE_H][MERGE_H + 1];
     __shared__ float T2s[MERGE_H][MERGE_H + 1];
+    float* V1s = stage;
+    float* V2s = stage + MERGE_H * MERGE_LD;
     const int64_t b = blockIdx.x;
     const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
+    const int ti = tid & 7, tj = (tid >> 3) & 7, group = tid >> 6;
     v += b * v_bs;
     t1 += b * t_bs;
     t2 += b * t_bs;
@@ -183,20 +192,49 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, 
         T1s[r][c] = r <= c && c < w1 ? t1[r + c * w1] : 0.f;
         T2s[r][c] = r <= c && c < w2 ? t2[r + c * w2] : 0.f;
     }
-    float acc[MERGE_PER] = {};
+    float tile[4][4] = {};
     for (int r0 = w1; r0 < mr; r0 += MERGE_ROWS) {
         __syncthreads();
         for (int idx = tid; idx < MERGE_ROWS * MERGE_H; idx += MERGE_THREADS) {  // a warp reads 32 rows of a column
             const int r = idx % MERGE_ROWS, c = idx / MERGE_ROWS, row = r0 + r;
-            V1s[r][c] = row < mr && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
-            V2s[r][c] = row < mr && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
+            V1s[c * MERGE_LD + r] = row < mr && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
+            V2s[c * MERGE_LD + r] = row < mr && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
         }
         __syncthreads();
-        for (int r = 0; r < MERGE_ROWS; ++r) {
-            const float a = V1s[r][i];
 #pragma unroll
-            for (int e = 0; e < MERGE_PER; ++e) acc[e] = fmaf(a, V2s[r][j0 + 8 * e], acc[e]);
+        for (int k = 0; k < MERGE_ROWS / MERGE_GROUPS; k += 4) {
+            const int r = group * (MERGE_ROWS / MERGE_GROUPS) + k;
+            float4 a[4], c[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                a[p] = *reinterpret_cast<const float4*>(V1s + (ti + 8 * p) * MERGE_LD + r);
+                c[p] = *reinterpret_cast<const float4*>(V2s + (tj + 8 * p) * MERGE_LD + r);
+            }
+#pragma unroll
+            for (int p = 0; p < 4; ++p)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    float s = tile[p][q];
+                    s = fmaf(a[p].x, c[q].x, s);
+                    s = fmaf(a[p].y, c[q].y, s);
+                    s = fmaf(a[p].z, c[q].z, s);
+                    tile[p][q] = fmaf(a[p].w, c[q].w, s);
+                }
         }
+    }
+    __syncthreads();
+    float* part = stage;  // the groups' tiles, (MERGE_H + 1)-strided
+#pragma unroll
+    for (int p = 0; p < 4; ++p)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) part[(group * MERGE_H + ti + 8 * p) * (MERGE_H + 1) + tj + 8 * q] = tile[p][q];
+    __syncthreads();
+    float acc[MERGE_PER];
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        float s = 0.f;
+        for (int g = 0; g < MERGE_GROUPS; ++g) s += part[(g * MERGE_H + i) * (MERGE_H + 1) + j0 + 8 * e];
+        acc[e] = s;
     }
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
