@@ -5,8 +5,8 @@
  * The rules are tried in order; the first whose condition holds and whose configuration can run the shape on the
  * device wins. Batch thresholds are in waves of the device's SMs (one block, or one cluster, per SM). Where a
  * crossover was measured at a batch that is no whole number of waves, it is written as that batch on the 132-SM
- * H200 it was measured on, scaled by the device's SM count (`measured`). Every threshold's evidence is in
- * docs/tuning.md under the configuration's name.
+ * H200 it was measured on, scaled by the device's SM count (`measured`). Each rule names the results file that
+ * shows it; docs/tuning.md has the numbers under the configuration's name.
  */
 #include "configs.h"
 
@@ -34,42 +34,49 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
     const int64_t wave = d->sms;
 
     /* m, n <= 32: a block per matrix while its four warps a matrix pay (to 640 on an H200: 1000 x 32 x 32 costs
-     * 18.0 us against 14.4 for a warp per matrix); past that a warp per matrix, several a block. */
+     * 18.0 us against 14.4 for a warp per matrix); past that a warp per matrix, several a block.
+     * docs/results/2026-11-30-h200-quad-qr-experiments.txt */
     RULE(qr2_quad, m <= 32 && n <= 32 && batch <= measured(d, 640));
     RULE(qr2_warp, m <= 32 && n <= 32);
     /* Past one wave of blocks, a warp per matrix for what it holds: n <= 32 (m <= 96) from one wave, 33 <= n <= 48
-     * from six waves (six blocks per SM), 49 <= n <= 64 from four (four blocks per SM). */
+     * from six waves (six blocks per SM), 49 <= n <= 64 from four (four blocks per SM).
+     * docs/results/2026-11-29-h200-small-sweep-warp.*, 2026-11-30-h200-route-pick-n33-64.txt */
     RULE(qr2_warp, n <= 32 && batch > wave);
     RULE(qr2_warp, n >= 33 && n <= 48 && batch > 6 * wave);
     RULE(qr2_warp, n >= 49 && n <= QR2_WARP_MAX_N && batch > 4 * wave);
-    /* 33 <= n <= 64, m <= 64, up to one wave: a block per matrix, a quad of lanes per column. */
+    /* 33 <= n <= 64, m <= 64, up to one wave: a block per matrix, a quad of lanes per column.
+     * docs/results/2026-11-30-h200-quad-n64.txt */
     RULE(qr2_quad, m <= QR2_QUAD_MAX && n >= 33 && n <= QR2_QUAD_MAX && batch <= wave);
-    /* n 72-176, one wave of 2-block clusters: the second block takes half the reflector chain. */
+    /* n 72-176, one wave of 2-block clusters: the second block takes half the reflector chain.
+     * docs/results/2026-11-30-h200-block-cluster-sweep.* */
     RULE(qr2_builder_cluster2, n >= 72 && n <= QR2_BUILDER_MAX && batch <= wave / 2);
-    /* n 17-176 (m <= 176) at any batch: a block per matrix. */
+    /* n 17-176 (m <= 176) at any batch: a block per matrix. docs/results/2026-11-29-h200-block-columns-placement.* */
     RULE(qr2_builder, n >= 17 && n <= QR2_BUILDER_MAX);
     /* 3-block clusters past one block's registers: n 177-256 (m >= 65) up to one wave of blocks, tall m 177-256
-     * with n 48-176 up to half a wave, and n 193-256 (m >= 177) past one wave. */
+     * with n 48-176 up to half a wave, and n 193-256 (m >= 177) past one wave.
+     * docs/results/2026-11-30-h200-cluster3.txt, 2026-11-30-h200-small-sweep-cluster3.json */
     RULE(qr2_builder_cluster3, m >= 65 && n >= 177 && n <= QR2_BUILDER_CLUSTER3_MAX && batch <= wave);
     RULE(qr2_builder_cluster3, m >= 177 && n >= 48 && n <= QR2_BUILDER_MAX && batch <= wave / 2);
     RULE(qr2_builder_cluster3, m >= 177 && n >= 193 && n <= QR2_BUILDER_CLUSTER3_MAX && batch > wave);
     /* What the builder kernel does not hold (m <= 64 with n 177-256, m 177-256 with n < 48): registers, on a 2-block
-     * cluster up to half a wave, one block up to one wave, and for n <= 96 at any batch. */
+     * cluster up to half a wave, one block up to one wave, and for n <= 96 at any batch.
+     * docs/results/2026-11-29-h200-cluster-vs-block.txt, 2026-11-29-h200-small-sweep-many-small.* */
     RULE(qr2_registers_cluster2, n >= 48 && n <= QR2_REGISTERS_MAX && batch <= wave / 2);
     RULE(qr2_registers, n <= QR2_REGISTERS_MAX && batch <= wave);
     RULE(qr2_registers, n <= 96);
-    /* Tall matrices of n <= 8: one block's shared memory. */
+    /* Tall matrices of n <= 8: one block's shared memory (held since the first kernels; no placement measurement). */
     RULE(qr2_shared_memory, n <= 8);
     /* Panels taller than the register panel holds, below 1.5 million matrix entries per SM (198 million on an
      * H200): CholeskyQR panels over clusters of up to 16 blocks, whose critical path does not grow with the reflector
      * count (60 x 1024 5.29 against 5.70 ms for blocked_nb32, 100 x 1024 8.42 against 9.37, 64 x 1536 16.0 against
      * 17.9 for blocked_nb64, 8 x 2048 7.16 against 9.65; 200 x 768 8.00 against 7.80 and 300 x 640 6.60 against 6.52,
-     * the two nearest the threshold, cost a few per cent). */
+     * the two nearest the threshold, cost a few per cent). docs/results/2026-12-02-h200-panel-occupancy-sweep.txt */
     RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch * m * n < 1500000 * wave &&
                                       cholqr_panels(m, n, d));
     /* n >= 768 from 1.5 million entries per SM: 64-column outer panels halve the passes of the trailing update where
      * there is enough of it to fill the SMs many times (400 x 768 12.8 against 13.2 ms, 200 x 1024 14.0 against 14.8;
-     * n = 512 slower at every batch: 640 x 512 6.38 against 6.11, 1000 x 512 9.29 against 8.90). */
+     * n = 512 slower at every batch: 640 x 512 6.38 against 6.11, 1000 x 512 9.29 against 8.90; a tie at 640 x 512
+     * since, 2026-12-03-h200-update-experiments.txt). docs/results/2026-12-02-h200-panel-occupancy-sweep.txt */
     RULE(qr2_blocked_nb64, n >= 768 && batch * m * n >= 1500000 * wave);
     return &qr2_blocked_nb32; /* any shape */
 }
