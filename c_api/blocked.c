@@ -8,6 +8,8 @@
  * holds the rows) and tall (many blocks a matrix, any height). Configurations with `cholqr` first run the CholeskyQR
  * panel on 32-column panels it holds that are taller than the registers kind holds (below that height the registers
  * panel measured faster: docs/tuning.md); the cluster or tall kind then factors only the matrices whose guard failed.
+ * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
+ * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt).
  */
 #include "configs.h"
 

@@ -37,6 +37,13 @@ struct Qr2Launch {
     bool pdl = false;        // programmatic dependent launch: may start while the previous kernel drains
 };
 
+// The device side of a programmatic dependent launch (Qr2Launch::pdl), first in a kernel so launched: nothing after
+// this runs before the previous kernel has completed and its writes are visible; the launch itself may overlap that
+// kernel's last blocks. Without the launch attribute it is a no-op.
+__device__ __forceinline__ void qr2_follow_previous_kernel() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // Launches kernel(args...) on `stream` as `how` says: shared-memory opt-in past the default 48 KB, cluster and
 // programmatic-dependent-launch attributes, or graph replay. The one launch path of every family.
 template <typename... Params, typename... Args>

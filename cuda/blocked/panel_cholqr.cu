@@ -275,6 +275,7 @@ __device__ void scale_lower(double* z, const double* inv, int t) {
 // BLOCK_ROWS: the rows a block holds at most.
 template <int BLOCK_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     extern __shared__ __align__(16) unsigned char smem[];
     double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
     Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * BLOCK_ROWS * LD);
@@ -471,6 +472,7 @@ int launch(const qr2_panel_job* a, int* done, void* stream) {
     how.block = dim3(THREADS);
     how.smem = smem_bytes(BLOCK_ROWS);
     how.cluster = (unsigned)c;
+    how.pdl = how.cluster == 1;  // the kernel starts with qr2_follow_previous_kernel (not with clusters: slower)
     return qr2_launch(panel_cholqr_kernel<BLOCK_ROWS>, how, stream, "panel_cholqr launch", *a, done);
 }
 

@@ -55,6 +55,7 @@ struct Shared {
 
 template <int RPT>
 __global__ void __launch_bounds__(THREADS, 1) panel_cluster_kernel(qr2_panel_job a) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     __shared__ Shared sh;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks();
@@ -267,6 +268,7 @@ int launch(const qr2_panel_job* a, int cluster, void* stream) {
     how.grid = dim3((unsigned)(a->batch * cluster));
     how.block = dim3(THREADS);
     how.cluster = (unsigned)cluster;
+    how.pdl = how.cluster == 1;  // the kernel starts with qr2_follow_previous_kernel (not with clusters: slower)
     return qr2_launch(panel_cluster_kernel<RPT>, how, stream, "panel_cluster launch", *a);
 }
 

@@ -32,6 +32,7 @@ struct TallArgs {
 };
 
 __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     __shared__ double red[THREADS / 32 > GROUPS ? THREADS / 32 : GROUPS][SLOTS];
     __shared__ double coef[W];  // s_c of reflector j - 1
     __shared__ double scalars[2];  // scal and beta of reflector j - 1
@@ -177,6 +178,7 @@ extern "C" int qr2_panel_tall_run(const qr2_panel_job* p, void* work, const qr2_
     plan(p->m, p->batch, dev->sms, &a.blocks, &a.rows_per_block);
     const int kk = p->m < p->w ? p->m : p->w;
     Qr2Launch how;
+    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)(p->batch * a.blocks));
     how.block = dim3(THREADS);
     for (int j = 0; j <= kk; ++j) {

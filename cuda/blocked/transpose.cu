@@ -15,6 +15,7 @@ constexpr int TILE_THREADS = 256;  // 16 x 16: a thread moves four 4-float piece
 template <bool VEC>
 __global__ void __launch_bounds__(TILE_THREADS) transpose_tiles_kernel(const float* src, int64_t rs, int64_t bs,
                                                                      float* dst, int m, int n, int64_t batch) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     __shared__ float tile[TILE][TILE + 1];
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int j0 = blockIdx.x * TILE, i0 = blockIdx.y * TILE;
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(TILE_THREADS) transpose_tiles_kernel(const flo
 
 __global__ void copy_strided_kernel(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,
                                     int64_t batch) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     const int64_t per = (int64_t)m * n, total = per * batch;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
@@ -74,6 +76,7 @@ extern "C" int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64
                                  int64_t batch, void* stream) {
     if (batch <= 0 || m <= 0 || n <= 0) return 0;
     Qr2Launch how;
+    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     if (cs == 1 && rs != 1 && (m + TILE - 1) / TILE <= 65535) {
         how.grid = dim3((n + TILE - 1) / TILE, (m + TILE - 1) / TILE, (unsigned)(batch < 65535 ? batch : 65535));
         how.block = dim3(TILE_THREADS);

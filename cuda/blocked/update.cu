@@ -49,6 +49,7 @@ constexpr int MAX_GRAM_SPLITS = 16;
 template <int WMAX>
 __global__ void __launch_bounds__(GRAM_THREADS) gram_kernel(int mr, int w, int split_rows, int parts, const float* v,
                                                             int64_t ldv, int64_t v_bs, float* g, int64_t g_bs) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     constexpr int TILE = WMAX / 16, LD = WMAX + 4;  // LD: rows stay 16-byte aligned
     static_assert(GRAM_THREADS == 256, "a 16 x 16 grid of threads");
     __shared__ __align__(16) float Vs[GRAM_ROWS * LD];  // V(r, c) at r LD + c
@@ -108,6 +109,7 @@ int gram_parts(int64_t batch, int mr, const qr2_device* dev) {
 __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float* G, int64_t g_bs, int parts,
                                                                     const float* tau, int64_t tau_bs, float* T,
                                                                     int64_t t_bs, int w) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     extern __shared__ float smem[];
     float* Gs = smem;           // w x w, ld w
     float* Ts = Gs + w * w;     // w x w, ld w
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float*
 constexpr int MERGE_THREADS = 256;
 constexpr int MERGE_ROWS = 64;  // rows of V1 and V2 staged per step
 constexpr int MERGE_H = QR2_PANEL_MAX_W;
-constexpr int MERGE_LD = MERGE_ROWS + 4;  // column stride of the staged V: 16-byte rows, a warp's 8 columns on distinct banks
+constexpr int MERGE_LD = MERGE_ROWS + 4;  // staged V's column stride: 16-byte aligned, a warp's 8 columns on distinct banks
 constexpr int MERGE_GROUPS = MERGE_THREADS / 64;
 constexpr int MERGE_PER = MERGE_H * MERGE_H / MERGE_THREADS;  // entries of X per thread in the triangular products
 static_assert(MERGE_H == 32 && MERGE_ROWS % (4 * MERGE_GROUPS) == 0, "8 x 8 threads of 4 x 4 tiles cover X");
@@ -174,6 +176,7 @@ static_assert(MERGE_GROUPS * MERGE_H * (MERGE_H + 1) <= 2 * MERGE_H * MERGE_LD, 
 __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
                                                                int64_t v_bs, const float* t1, const float* t2,
                                                                int64_t t_bs, float* t, int64_t out_bs) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     __shared__ __align__(16) float stage[2 * MERGE_H * MERGE_LD];  // V1 then V2, column c at c MERGE_LD; then partials
     __shared__ float X[MERGE_H][MERGE_H + 1];
     __shared__ float T1s[MERGE_H][MERGE_H + 1];
@@ -359,6 +362,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
                      int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
                      int64_t c_bs, WySplitWork sw) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     using S = WyUpdateShape<WMAX, NT>;
     constexpr int LDW = S::LDW;
     extern __shared__ float4 smem4[];
@@ -656,6 +660,7 @@ template <int WMAX, int NT>
 __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
                                                                    int64_t t_rs, int64_t t_cs, int64_t t_bs,
                                                                    bool t_lower, WySplitWork sw) {
+    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread, tid + REDUCE_THREADS i
     static_assert(REDUCE_THREADS % WMAX == 0, "a warp's entries lie in one column");
     __shared__ float Ss[NT][WMAX + 1];    // the sum: (k, j) at [j][k]
@@ -746,6 +751,7 @@ int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, voi
     const bool vec = a.mr % 4 == 0 && a.ldv % 4 == 0 && a.ldc % 4 == 0 && a.v_bs % 4 == 0 && a.c_bs % 4 == 0 &&
                      (uintptr_t)a.v % 16 == 0 && (uintptr_t)a.c % 16 == 0;
     Qr2Launch how;
+    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)(a.batch * strips * splits));
     how.block = dim3(UPDATE_THREADS);
     how.smem = WyUpdateShape<WMAX, NT>::floats * sizeof(float);
@@ -807,6 +813,7 @@ int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_d
     if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
     const int64_t strips = (a.nc + 63) / 64;
     Qr2Launch how;
+    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)(a.batch * strips));
     how.block = dim3(REDUCE_THREADS);
     if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
@@ -911,12 +918,14 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         const int64_t g_bs = parts == 1 ? ws : (int64_t)parts * w * w;
         const int split_rows = ((mr + parts - 1) / parts + GRAM_ROWS - 1) / GRAM_ROWS * GRAM_ROWS;
         Qr2Launch gram;
+        gram.pdl = true;
         gram.grid = dim3((unsigned)(a->batch * parts));
         gram.block = dim3(GRAM_THREADS);
         auto kernel = w <= 32 ? gram_kernel<32> : w <= 64 ? gram_kernel<64> : gram_kernel<128>;
         if (qr2_launch(kernel, gram, stream, "gram launch", mr, w, split_rows, parts, a->v, a->ldv, a->v_bs, g, g_bs))
             return 1;
         Qr2Launch how;
+        how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
         how.grid = dim3((unsigned)a->batch);
         how.block = dim3(T_THREADS);
         how.smem = 3 * (size_t)w * w * sizeof(float);
@@ -949,6 +958,7 @@ extern "C" int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const f
     if (batch <= 0 || w1 <= 0 || w2 <= 0) return 0;
     if (w1 > MERGE_H || w2 > MERGE_H) return qr2_record_error("merge_t", "a half wider than QR2_PANEL_MAX_W");
     Qr2Launch how;
+    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)batch);
     how.block = dim3(MERGE_THREADS);
     return qr2_launch(merge_t_kernel, how, stream, "merge_t launch", mr, w1, w2, v, ldv, v_bs, t1, t2, t_bs, t, out_bs);

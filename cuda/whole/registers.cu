@@ -396,6 +396,7 @@ __device__ __forceinline__ void reflector_dots(const float* vs, float (*gs)[T_MA
 
 template <int RL, int C, int CL, bool PANEL>
 __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks_per_sm(RL, C, CL, PANEL)) registers_kernel(Job a) {
+    if constexpr (PANEL) qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
     extern __shared__ __align__(16) unsigned char smem[];
     const int m = a.m, n = a.n, K = m < n ? m : n;
     const Layout lay = layout(K, RL, PANEL);
@@ -587,6 +588,7 @@ int launch(const Job& a, void* stream) {
     how.block = dim3((unsigned)(32 * warps_per_block(a.n, C, CL)));
     how.smem = (size_t)layout(K, RL, PANEL).bytes;
     how.cluster = CL;
+    how.pdl = PANEL && CL == 1;  // panels start with qr2_follow_previous_kernel (not with clusters: slower)
     return qr2_launch(registers_kernel<RL, C, CL, PANEL>, how, stream, "registers launch", a);
 }
 
