@@ -170,7 +170,9 @@ constexpr int MERGE_H = QR2_PANEL_MAX_W;
 constexpr int MERGE_LD = MERGE_ROWS + 4;  // staged V's column stride: 16-byte aligned, a warp's 8 columns on distinct banks
 constexpr int MERGE_GROUPS = MERGE_THREADS / 64;
 constexpr int MERGE_PER = MERGE_H * MERGE_H / MERGE_THREADS;  // entries of X per thread in the triangular products
-static_assert(MERGE_H == 32 && MERGE_ROWS % (4 * MERGE_GROUPS) == 0, "8 x 8 threads of 4 x 4 tiles cover X");
+static_assert(MERGE_THREADS == 256 && MERGE_H == 32 && MERGE_ROWS % (4 * MERGE_GROUPS) == 0,
+              "eight warps: 8 x 8 threads of 4 x 4 tiles in each of four groups cover X");
+static_assert(MERGE_LD % 4 == 0, "16-byte loads of the staged columns");
 static_assert(MERGE_GROUPS * MERGE_H * (MERGE_H + 1) <= 2 * MERGE_H * MERGE_LD, "the groups' tiles fit the stage");
 
 __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
