@@ -275,7 +275,7 @@ __device__ void scale_lower(double* z, const double* inv, int t) {
 // BLOCK_ROWS: the rows a block holds at most.
 template <int BLOCK_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ __align__(16) unsigned char smem[];
     double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
     Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * BLOCK_ROWS * LD);

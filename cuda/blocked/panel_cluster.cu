@@ -55,7 +55,7 @@ struct Shared {
 
 template <int RPT>
 __global__ void __launch_bounds__(THREADS, 1) panel_cluster_kernel(qr2_panel_job a) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ Shared sh;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks();

@@ -32,7 +32,7 @@ struct TallArgs {
 };
 
 __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ double red[THREADS / 32 > GROUPS ? THREADS / 32 : GROUPS][SLOTS];
     __shared__ double coef[W];  // s_c of reflector j - 1
     __shared__ double scalars[2];  // scal and beta of reflector j - 1

@@ -15,7 +15,7 @@ constexpr int TILE_THREADS = 256;  // 16 x 16: a thread moves four 4-float piece
 template <bool VEC>
 __global__ void __launch_bounds__(TILE_THREADS) transpose_tiles_kernel(const float* src, int64_t rs, int64_t bs,
                                                                      float* dst, int m, int n, int64_t batch) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ float tile[TILE][TILE + 1];
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int j0 = blockIdx.x * TILE, i0 = blockIdx.y * TILE;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(TILE_THREADS) transpose_tiles_kernel(const flo
 
 __global__ void copy_strided_kernel(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,
                                     int64_t batch) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     const int64_t per = (int64_t)m * n, total = per * batch;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {

@@ -49,7 +49,7 @@ constexpr int MAX_GRAM_SPLITS = 16;
 template <int WMAX>
 __global__ void __launch_bounds__(GRAM_THREADS) gram_kernel(int mr, int w, int split_rows, int parts, const float* v,
                                                             int64_t ldv, int64_t v_bs, float* g, int64_t g_bs) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     constexpr int TILE = WMAX / 16, LD = WMAX + 4;  // LD: rows stay 16-byte aligned
     static_assert(GRAM_THREADS == 256, "a 16 x 16 grid of threads");
     __shared__ __align__(16) float Vs[GRAM_ROWS * LD];  // V(r, c) at r LD + c
@@ -109,7 +109,7 @@ int gram_parts(int64_t batch, int mr, const qr2_device* dev) {
 __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float* G, int64_t g_bs, int parts,
                                                                     const float* tau, int64_t tau_bs, float* T,
                                                                     int64_t t_bs, int w) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ float smem[];
     float* Gs = smem;           // w x w, ld w
     float* Ts = Gs + w * w;     // w x w, ld w
@@ -178,7 +178,7 @@ static_assert(MERGE_GROUPS * MERGE_H * (MERGE_H + 1) <= 2 * MERGE_H * MERGE_LD, 
 __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
                                                                int64_t v_bs, const float* t1, const float* t2,
                                                                int64_t t_bs, float* t, int64_t out_bs) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ __align__(16) float stage[2 * MERGE_H * MERGE_LD];  // V1 then V2, column c at c MERGE_LD; then partials
     __shared__ float X[MERGE_H][MERGE_H + 1];
     __shared__ float T1s[MERGE_H][MERGE_H + 1];
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
                      int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
                      int64_t c_bs, WySplitWork sw) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     using S = WyUpdateShape<WMAX, NT>;
     constexpr int LDW = S::LDW;
     extern __shared__ float4 smem4[];
@@ -662,7 +662,7 @@ template <int WMAX, int NT>
 __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
                                                                    int64_t t_rs, int64_t t_cs, int64_t t_bs,
                                                                    bool t_lower, WySplitWork sw) {
-    qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread, tid + REDUCE_THREADS i
     static_assert(REDUCE_THREADS % WMAX == 0, "a warp's entries lie in one column");
     __shared__ float Ss[NT][WMAX + 1];    // the sum: (k, j) at [j][k]

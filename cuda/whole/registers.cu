@@ -396,7 +396,7 @@ __device__ __forceinline__ void reflector_dots(const float* vs, float (*gs)[T_MA
 
 template <int RL, int C, int CL, bool PANEL>
 __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks_per_sm(RL, C, CL, PANEL)) registers_kernel(Job a) {
-    if constexpr (PANEL) qr2_follow_previous_kernel();  // a programmatic dependent launch (blocked.c's schedule)
+    if constexpr (PANEL) qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ __align__(16) unsigned char smem[];
     const int m = a.m, n = a.n, K = m < n ? m : n;
     const Layout lay = layout(K, RL, PANEL);
