@@ -903,13 +903,14 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     float* G = a->work;
     float* Tw = G + (int64_t)w * w;
     const int64_t ws = a->work_bs;
-    // Fewer 32-column strips than SMs and rows too few to split over blocks, or so many that the partial W's would
-    // be summed from more than 16 splits (wy_reduce_kernel adds them one after another): cuBLAS, which splits K. H200:
-    // the split update took 2 x 4096 16.6 -> 15.4 ms, 1 x 4096^2 13.7 -> 12.9, 4 x 1500 x 1000 2.91 -> 2.72, and
-    // lost 1 x 100000 x 256 8.1 -> 8.3 (docs/results/2026-12-02-h200-update-waves.txt).
-    const bool few_strips = a->batch * ((a->nc + 31) / 32) < dev->sms &&
-                            (mr < 2 * SPLIT_MIN_ROWS || mr > SPLIT_MAX_ROWS);
-    if (few_strips) {
+    // Fewer 32-column strips than SMs and rows so many that the partial W's would be summed from more than 16 splits
+    // (wy_reduce_kernel adds them one after another): cuBLAS, which splits K. H200: the split update took 2 x 4096
+    // 16.6 -> 15.4 ms, 1 x 4096^2 13.7 -> 12.9, 4 x 1500 x 1000 2.91 -> 2.72, and lost 1 x 100000 x 256 8.1 -> 8.3
+    // (docs/results/2026-12-02-h200-update-waves.txt). Fewer rows: the update kernel (one launch instead of cuBLAS's
+    // three GEMMs): 40 x 352 486-508 -> 451 us, 8 x 2048 6.42 -> 6.26 ms, 1 x 3000^2 7.06 -> 6.79
+    // (docs/results/2026-12-03-h200-small-updates.txt).
+    const bool on_cublas = a->batch * ((a->nc + 31) / 32) < dev->sms && mr > SPLIT_MAX_ROWS;
+    if (on_cublas) {
         // torch's handle carries torch's math mode (TF32 when torch allows it); qr2 picks its own.
         if (check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")) return 1;
     }
@@ -938,7 +939,7 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         T = Tw;
         t_bs = ws;
     }
-    if (few_strips) return cublas_update(a, h, T, t_bs, Tw + (int64_t)w * w, Tw + (int64_t)w * w + (int64_t)w * a->nc);
+    if (on_cublas) return cublas_update(a, h, T, t_bs, Tw + (int64_t)w * w, Tw + (int64_t)w * w + (int64_t)w * a->nc);
     // Q = Q_1 Q_2 for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their T
     // factors, and the later block's reflectors are zero above its first row. Q^T applies Q_1^T first, Q applies Q_2.
     const int last = (w < mr ? w : mr) - 1;  // a block past the last row holds no reflector
