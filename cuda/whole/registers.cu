@@ -2,11 +2,11 @@
 // or a cluster of two blocks that share its columns. One launch does all of it: load (any strides),
 // factor, write H and tau.
 //
-// Panel mode (PANEL, for the blocked routes): the same kernel factors an m x w panel (w <= 32, m <= 512) in
-// place and also writes the explicit reflectors V and the compact-WY factor T. The warp that built
-// reflector j computes column j of G = V^T V from the reflectors already in shared memory once it has no
-// chain work pending; block 0 builds T from G by recursive doubling at the end. At batch 1 a 512 x 32 panel
-// takes 44 us against 86 us for panel_cluster.cu's cluster-rows kernel (H200, torch.profiler).
+// Panel mode (PANEL, for the blocked routes): the same kernel, one block per panel, factors an m x w panel (w <= 32,
+// m <= 512) in place and also writes the explicit reflectors V and the compact-WY factor T. The warp that built
+// reflector j computes column j of G = V^T V from the reflectors already in shared memory once it has no chain work
+// pending, then column j of T from it (t_column): T's columns follow the reflector chain one link behind. At batch 1
+// a 512 x 32 panel took 44 us against 86 us for panel_cluster.cu's cluster-rows kernel (H200, torch.profiler).
 //
 // Layout: the matrix's G warps (G = blocks x warps per block) own its columns cyclically: warp g holds
 // columns g, g + G, g + 2G, ... (C of them); lane l holds rows l, l + 32, ... (RL per lane). Every
@@ -111,8 +111,8 @@ __host__ __device__ inline int reflector_offset(int r, int RL) {
     return 1024 * (g * RL - g * (g - 1) / 2) + 32 * (r & 31) * (RL - g);
 }
 
-// Dynamic shared memory: the head, K mbarriers, K taus, for panels the reflector dots G, T and the scratch of
-// T's build (T_MAX x (T_MAX + 1) each), then the K packed reflectors.
+// Dynamic shared memory: the head, K mbarriers (panels: 2 K, the second K for T's columns), K taus, for panels the
+// reflector dots G and T (T_MAX x (T_MAX + 1) each), then the K packed reflectors.
 constexpr int PANEL_SQUARE_BYTES = 4 * T_MAX * (T_MAX + 1);
 struct Layout {
     int bar, tau, g, v, bytes;
@@ -120,9 +120,9 @@ struct Layout {
 __host__ __device__ inline Layout layout(int K, int RL, bool with_t) {
     Layout l;
     l.bar = (int)((sizeof(Head) + 15) / 16 * 16);
-    l.tau = l.bar + 8 * K;
+    l.tau = l.bar + 8 * K * (with_t ? 2 : 1);
     l.g = l.tau + ((4 * K + 15) / 16 * 16);
-    l.v = l.g + (with_t ? 3 * PANEL_SQUARE_BYTES : 0);
+    l.v = l.g + (with_t ? 2 * PANEL_SQUARE_BYTES : 0);
     l.bytes = l.v + 4 * reflector_offset(K, RL);
     return l;
 }
@@ -394,6 +394,27 @@ __device__ __forceinline__ void reflector_dots(const float* vs, float (*gs)[T_MA
     }
 }
 
+// Panels in one block: column j of T (LAPACK slarft, forward, column-wise: T[0:j, j] = -tau_j T[0:j, 0:j] G[0:j, j],
+// T[j][j] = tau_j, zeros below it), lane i computing row i, once column j - 1 is in (tbars[j - 1]), then published
+// on tbars[j]. Called by the warp that built reflector j right after that reflector's column of G: T's columns follow
+// the reflector chain one link behind, so the panel ends with T complete instead of running the block-wide recursive
+// doubling (ten barrier-separated phases) after its last reflector. Rows l < i of T are zero, so each lane sums over
+// every l < j.
+__device__ __forceinline__ void t_column(const float (*gs)[T_MAX + 1], float (*ts)[T_MAX + 1], const float* taus,
+                                         uint64_t* tbars, int j, int lane) {
+    __syncwarp();  // this warp's column j of G and tau_j are visible to every lane
+    if (j > 0) bar_wait(&tbars[j - 1]);
+    float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+    for (int l = 0; l < T_MAX; l += 2) {
+        if (l < j) a0 = fmaf(ts[lane][l], gs[l][j], a0);
+        if (l + 1 < j) a1 = fmaf(ts[lane][l + 1], gs[l + 1][j], a1);
+    }
+    const float tau = taus[j];
+    ts[lane][j] = lane < j ? -tau * (a0 + a1) : lane == j ? tau : 0.f;
+    bar_arrive(&tbars[j]);
+}
+
 template <int RL, int C, int CL, bool PANEL>
 __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks_per_sm(RL, C, CL, PANEL)) registers_kernel(Job a) {
     if constexpr (PANEL) qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
@@ -401,10 +422,11 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int m = a.m, n = a.n, K = m < n ? m : n;
     const Layout lay = layout(K, RL, PANEL);
     Head* head = reinterpret_cast<Head*>(smem);
-    auto gs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g);  // panels: G, T, scratch
+    auto gs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g);  // panels: G, then T
     auto ts = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g + PANEL_SQUARE_BYTES);
-    auto xs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g + 2 * PANEL_SQUARE_BYTES);
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + lay.bar);
+    uint64_t* tbars = bars + K;  // panels: T's columns (t_column)
+    static_assert(!PANEL || CL == 1, "panels run in one block");
     float* taus = reinterpret_cast<float*>(smem + lay.tau);
     float* vs = reinterpret_cast<float*>(smem + lay.v);
 
@@ -416,7 +438,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
     constexpr bool G0 = PANEL;        // panels: every reflector starts in register group 0 (K <= T_MAX)
     if (PANEL && a.done && a.done[mat]) return;  // every block of the cluster returns: none waits on another
-    if (PANEL)  // G's entries that no reflector writes (columns past K) must be finite
+    if (PANEL)  // G starts defined (t_column reads only the entries above the diagonal of its first K columns)
         for (int i = t; i < T_MAX * (T_MAX + 1); i += blockDim.x) (&gs[0][0])[i] = 0.f;
 
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
@@ -425,6 +447,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     for (int r = t; r < K; r += blockDim.x) {
         const bool local = CL == 1 || (r % G) / nwarps == q;
         bar_init(&bars[r], local ? 32 : 1);
+        if (PANEL) bar_init(&tbars[r], 32);
     }
     if (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 
@@ -476,6 +499,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         taum = make_reflector<RL, G0>(x[0], vm, 0, lane);
         publish<RL, CL, G0>(0, vm, taum, vs, taus, bars, tau_out, q, lane);
         if constexpr (PANEL) write_reflector(vm, vout, 0, a.ldv, ml);
+        if constexpr (PANEL) t_column(gs, ts, taus, tbars, 0, lane);
         retire_column<RL, C, G0>(x, h, jn, a.ldh, lane, ml, expo);
         jn += G;
     }
@@ -508,7 +532,10 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         for (int c = 0; c < C; ++c) live[c] = jn + G * c < n;
         apply_reflector<RL, C, G0>(v, tau, x, live, r, lane);
         if constexpr (PANEL)  // after the apply: v is dead, its registers free
-            if (r + 1 == jn - G) reflector_dots<RL>(vs, gs, r + 1, lane);
+            if (r + 1 == jn - G) {
+                reflector_dots<RL>(vs, gs, r + 1, lane);
+                if constexpr (PANEL) t_column(gs, ts, taus, tbars, r + 1, lane);
+            }
     }
 
     // columns no reflector was built from (n > m): all R
@@ -524,22 +551,10 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         for (int r = t; r < K; r += blockDim.x) bar_wait(&bars[r]);
         cg::this_cluster().sync();
     } else if (PANEL) {
-        __syncthreads();  // every warp's columns of G are in
-    }
-    if (PANEL && q == 0) {
-        if (CL > 1) {  // the columns of G that the other block's warps computed
-            const float(*other)[T_MAX + 1] = cg::this_cluster().map_shared_rank(gs, 1);
-            for (int i = t; i < T_MAX * T_MAX; i += blockDim.x) {
-                const int row = i % T_MAX, col = i / T_MAX;
-                if (col < K && (col % G) / nwarps != 0) gs[row][col] = other[row][col];
-            }
-            __syncthreads();
-        }
-        larft_doubling(gs, taus, K, ts, xs, t, blockDim.x);
+        if (K > 0) bar_wait(&tbars[K - 1]);  // T's last column, and with it (release-acquire chain) every other
         float* tout = a.t + mat * a.t_bs;
         for (int i = t; i < K * K; i += blockDim.x) tout[i] = ts[i % K][i / K];
     }
-    if (CL > 1 && PANEL) cg::this_cluster().sync();  // block 0 has read the other block's G
 }
 
 // Rows per lane: whole matrices m <= 256 exactly; panels (m <= 512) in a few steps, to bound the kernels built.
@@ -588,7 +603,7 @@ int launch(const Job& a, void* stream) {
     how.block = dim3((unsigned)(32 * warps_per_block(a.n, C, CL)));
     how.smem = (size_t)layout(K, RL, PANEL).bytes;
     how.cluster = CL;
-    how.pdl = PANEL && CL == 1;  // panels start with qr2_follow_previous_kernel (not with clusters: slower)
+    how.pdl = PANEL;  // panels (one block) start with qr2_follow_previous_kernel
     return qr2_launch(registers_kernel<RL, C, CL, PANEL>, how, stream, "registers launch", a);
 }
 
@@ -629,9 +644,8 @@ int launch_rows(const Job& a, int RL, int sms, void* stream) {
     return qr2_record_error("registers", "matrix too tall for the registers of the cluster");
 }
 
-template <bool PANEL>
 int run(const Job& a, int RL, int cluster, const qr2_device* dev, void* stream) {
-    return cluster == 1 ? launch_rows<1, PANEL>(a, RL, dev->sms, stream) : launch_rows<2, PANEL>(a, RL, dev->sms, stream);
+    return cluster == 1 ? launch_rows<1, false>(a, RL, dev->sms, stream) : launch_rows<2, false>(a, RL, dev->sms, stream);
 }
 
 int holds(int RL, int64_t m, int64_t n, int cluster, bool panel, const qr2_device* dev) {
@@ -640,12 +654,6 @@ int holds(int RL, int64_t m, int64_t n, int cluster, bool panel, const qr2_devic
            layout((int)K, RL, panel).bytes <= dev->smem_optin;
 }
 
-// Panels: a 2-block cluster while the batch leaves SMs idle (each block then has half the columns), or when
-// one block cannot hold the panel.
-int panel_cluster(int RL, int64_t m, int64_t w, int64_t batch, const qr2_device* dev) {
-    if ((2 * batch <= dev->sms && holds(RL, m, w, 2, true, dev)) || !holds(RL, m, w, 1, true, dev)) return 2;
-    return 1;
-}
 
 }  // namespace
 
@@ -664,13 +672,16 @@ extern "C" int qr2_registers_run(const qr2_whole_qr_args* w, int cluster, const 
     a.src = w->src, a.src_rs = w->src_rs, a.src_cs = w->src_cs, a.src_bs = w->src_bs;
     a.h = w->h, a.ldh = w->m, a.h_bs = (int64_t)w->m * w->n;
     a.tau = w->tau, a.tau_bs = K;
-    return run<false>(a, rows_per_lane(w->m), cluster, dev, stream);
+    return run(a, rows_per_lane(w->m), cluster, dev, stream);
 }
 
+// Panels run in one block whatever the batch: a panel's time is its chain of reflectors, and 2-block clusters while
+// the batch left SMs idle measured no faster (40 x 352: 26.5 against 26.0 us a panel; one block also builds T beside
+// the chain: docs/results/2026-12-03-h200-panel-t-chain.txt).
 extern "C" int qr2_panel_registers_holds(int64_t m, int64_t w, const qr2_device* dev) {
     const int RL = panel_rows_per_lane(m);
     if (w < 1 || w > T_MAX || w > m) return 0;
-    return holds(RL, m, w, 1, true, dev) || holds(RL, m, w, 2, true, dev);
+    return holds(RL, m, w, 1, true, dev);
 }
 
 extern "C" int qr2_panel_registers_run(const qr2_panel_job* p, void* work, const qr2_device* dev, void* stream) {
@@ -687,5 +698,5 @@ extern "C" int qr2_panel_registers_run(const qr2_panel_job* p, void* work, const
     a.v = p->v, a.ldv = p->ldv, a.v_bs = p->v_bs, a.v_row0 = p->v_row0;
     a.t = p->t, a.t_bs = p->t_bs;
     a.done = p->done;
-    return run<true>(a, RL, panel_cluster(RL, p->m, p->w, p->batch, dev), dev, stream);
+    return launch_rows<1, true>(a, RL, dev->sms, stream);
 }
