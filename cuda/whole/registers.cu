@@ -688,7 +688,7 @@ extern "C" int qr2_panel_registers_run(const qr2_panel_job* p, void* work, const
     (void)work;
     if (p->batch <= 0 || p->m <= 0 || p->w <= 0) return 0;
     if (!qr2_panel_registers_holds(p->m, p->w, dev))
-        return qr2_record_error("registers panel", "panel too wide or too tall for the registers of a cluster");
+        return qr2_record_error("registers panel", "panel too wide or too tall for the registers of a block");
     const int RL = panel_rows_per_lane(p->m);
     Job a = {};
     a.batch = p->batch, a.m = p->m, a.n = p->w;
