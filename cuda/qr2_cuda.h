@@ -117,8 +117,9 @@ typedef struct qr2_panel_job {
 int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cholqr_run(const qr2_panel_job* job, int* done, const qr2_device* dev, void* stream);
 
-/* registers: the register kernel of the `registers` family in panel mode, one block per panel; builds T. m <= QR2_PANEL_REGISTERS_MAX_M (taller panels measured no faster than the cluster panel's: 24 and 32
- * rows per lane spill and lengthen every chain step). */
+/* registers: the register kernel of the `registers` family in panel mode, one block per panel; builds T.
+ * m <= QR2_PANEL_REGISTERS_MAX_M (taller panels measured no faster than the cluster panel's: 24 and 32 rows per
+ * lane spill and lengthen every chain step). */
 #define QR2_PANEL_REGISTERS_MAX_M 512
 int qr2_panel_registers_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_registers_run(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);

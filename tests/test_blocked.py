@@ -41,7 +41,8 @@ def test_shapes(route, shape):
     assert torch.all(tau[:, 1] == 0)
 
 
-# Batch 1..66 gets 2-block clusters per register panel, 67 and more one block (panel_cluster in registers.cu).
+# Batches below, at and past half a wave of a 132-SM GPU, and several waves: the update's strip width and launch
+# shapes depend on the batch (register panels are one block at every batch).
 @pytest.mark.parametrize("batch", [1, 66, 67, 300])
 def test_batch_sizes(route, batch):
     check(torch.randn(batch, 400, 400, device="cuda"))

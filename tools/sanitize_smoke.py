@@ -24,7 +24,7 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("builder_cluster2", 2, 20, 170), ("registers_cluster2", 2, 64, 64), ("registers_cluster2", 2, 100, 70),
           ("builder_cluster3", 2, 256, 256), ("builder_cluster3", 2, 150, 200), ("builder_cluster3", 2, 256, 100),
           ("shared_memory", 2, 1000, 5), ("shared_memory", 3, 40, 8),
-          ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200),  # one-block register panels
+          ("blocked_nb64", 70, 300, 300), ("blocked_nb32", 67, 290, 200),  # register panels, 300 and 290 rows
           ("blocked_nb64", 140, 200, 200), ("blocked_nb64", 140, 198, 170),  # past a wave; rows not in fours
           ("blocked_nb32", 6, 1024, 1024), ("blocked_nb32", 4, 1030, 1030),  # updates split over rows
           ("blocked_nb32", 1, 9000, 40),  # the many-block tall panel

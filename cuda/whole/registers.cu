@@ -437,8 +437,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int g = q * nwarps + warp;  // this warp holds columns g + G c, c < C
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
     constexpr bool G0 = PANEL;        // panels: every reflector starts in register group 0 (K <= T_MAX)
-    if (PANEL && a.done && a.done[mat]) return;  // every block of the cluster returns: none waits on another
-    if (PANEL)  // G starts defined (t_column reads only the entries above the diagonal of its first K columns)
+    if (PANEL && a.done && a.done[mat]) return;  // a matrix the CholeskyQR panel already factored
+    if (PANEL)  // defensive: t_column reads only the entries of G that reflector_dots writes
         for (int i = t; i < T_MAX * (T_MAX + 1); i += blockDim.x) (&gs[0][0])[i] = 0.f;
 
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
 #pragma unroll
     for (int c = 0; c < C; ++c)
         if (jn + G * c < n) write_column<RL, G0>(x[c], h, jn + G * c, a.ldh, lane, ml, expo);
-    if (PANEL && q == 0)  // rows above the panel's reflectors
+    if (PANEL)  // rows above the panel's reflectors
         for (int i = t; i < a.v_row0 * K; i += blockDim.x)
             a.v[mat * a.v_bs + (int64_t)(i / a.v_row0) * a.ldv + i % a.v_row0] = 0.f;
     if (CL > 1) {
