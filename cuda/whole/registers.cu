@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         if constexpr (PANEL)  // after the apply: v is dead, its registers free
             if (r + 1 == jn - G) {
                 reflector_dots<RL>(vs, gs, r + 1, lane);
-                if constexpr (PANEL) t_column(gs, ts, taus, tbars, r + 1, lane);
+                t_column(gs, ts, taus, tbars, r + 1, lane);
             }
     }
 
@@ -653,7 +653,6 @@ int holds(int RL, int64_t m, int64_t n, int cluster, bool panel, const qr2_devic
     return RL > 0 && n >= 1 && (cluster == 1 || dev->clusters) && columns_per_warp(RL, n, cluster, panel, 1, 1) > 0 &&
            layout((int)K, RL, panel).bytes <= dev->smem_optin;
 }
-
 
 }  // namespace
 
