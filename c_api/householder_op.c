@@ -198,18 +198,18 @@ static void householder_cuda(StableIValue* stack, uint64_t num_args, uint64_t nu
         matrices_of(&h, 2, &h.other, &src, &rs, &cs, &bs);
         if (h.left) {
             a.c = out, a.nc = (int)n, a.ldc = m, a.c_bs = m * n;
-            if (!c->failed && qr2_transpose_run(src, rs, cs, bs, out, (int)m, (int)n, batch, stream))
+            if (!c->failed && qr2_transpose_run(src, rs, cs, bs, out, m, m * n, (int)m, (int)n, batch, stream))
                 qr2_fail(c, "%s", qr2_cuda_last_error());
         } else {
             ct = qr2_workspace(c, &c->temp[3], h.device, qr2_mul_sat(batch, qr2_mul_sat(m, n)));
             a.c = ct, a.nc = (int)m, a.ldc = n, a.c_bs = m * n;
-            if (!c->failed && qr2_transpose_run(src, cs, rs, bs, ct, (int)n, (int)m, batch, stream))
+            if (!c->failed && qr2_transpose_run(src, cs, rs, bs, ct, n, m * n, (int)n, (int)m, batch, stream))
                 qr2_fail(c, "%s", qr2_cuda_last_error());
         }
     }
     float* work = qr2_workspace(c, &c->temp[4], h.device, qr2_householder_work_floats(&r, a.nc, &dev));
     if (!c->failed && qr2_householder_apply(&a, work, blas, &dev, stream)) qr2_fail(c, "%s", qr2_cuda_last_error());
-    if (!c->failed && ct && qr2_transpose_run(ct, n, 1, m * n, out, (int)m, (int)n, batch, stream))
+    if (!c->failed && ct && qr2_transpose_run(ct, n, 1, m * n, out, m, m * n, (int)m, (int)n, batch, stream))
         qr2_fail(c, "%s", qr2_cuda_last_error());
     /* the workspace is released now: the caching allocator reuses it only for work queued after ours on the stream */
     qr2_finish(c, stack);

@@ -84,7 +84,7 @@ QR2_EXPORT int qr2_test_merge_t(int64_t batch, int mr, int w1, int w2, const flo
 
 QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,
                                   int64_t batch, void* stream) {
-    return qr2_transpose_run(src, rs, cs, bs, dst, m, n, batch, stream);
+    return qr2_transpose_run(src, rs, cs, bs, dst, m, (int64_t)m * n, m, n, batch, stream);
 }
 
 /* The message of this thread's last failing test entry point. */

@@ -163,6 +163,11 @@ typedef struct qr2_update_args {
     float* work;
     int64_t work_bs;
     int apply_q; /* 0: C = Q^T C (the factorisation's update); 1: C = Q C */
+    /* Where C's entries are read when C does not hold them yet (NULL: in C): a row-major source, element (i, j) of
+     * matrix b at c_from[b from_bs + i from_rs + j] (the caller's input, so that the first update does the input's
+     * transpose instead of a pass of its own). C is then written in full. */
+    const float* c_from;
+    int64_t from_rs, from_bs;
 } qr2_update_args;
 
 #define QR2_UPDATE_MAX_W 128
@@ -184,9 +189,9 @@ int qr2_reflectors_unpack(int64_t batch, int mr, int w, const float* h, int64_t 
 /* The m x n identity in column-major q (ld m, m*n apart). */
 int qr2_identity_run(int64_t batch, int m, int n, float* q, void* stream);
 
-/* Copies a batch of m x n matrices (any strides) into column-major dst (ld m, m*n apart). */
-int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n, int64_t batch,
-                      void* stream);
+/* Copies a batch of m x n matrices (any strides) into column-major dst (ld ldd, dst_bs apart). */
+int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int64_t ldd, int64_t dst_bs,
+                      int m, int n, int64_t batch, void* stream);
 
 /* An empty kernel, launched the way the single-kernel configurations launch: measures the floor of a call. */
 int qr2_empty_run(void* stream);

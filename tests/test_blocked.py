@@ -62,6 +62,25 @@ def test_strided_input_is_not_modified(route):
     assert torch.equal(A, before)
 
 
+# A row-major input is copied into H only for its first outer panel; the first update reads the rest from the input
+# and writes it into H. That must give the bits of the same matrices laid out column-major (copied into H whole):
+# dense strips, exactly zero strips (negative zeros kept), rows whose stride is no multiple of four.
+@pytest.mark.parametrize("shape", [(384, 384), (513, 300), (300, 777), (1000, 70), (131, 257)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("pad", [0, 3])
+def test_first_update_reads_row_major_input(route, shape, pad):
+    m, n = shape
+    A = torch.randn(3, m, n + pad, device="cuda")[..., :n]
+    A[1, :, 64:] = -0.0
+    before = A.clone()
+    H, tau = whole_matrix.factor(A)
+    Hc, tauc = whole_matrix.factor(A.mT.contiguous().mT)
+    assert torch.equal(A, before)
+    assert torch.equal(H.view(torch.int32), Hc.view(torch.int32))
+    assert torch.equal(tau.view(torch.int32), tauc.view(torch.int32))
+    check(A, (H, tau))
+
+
 @pytest.mark.parametrize("scale", [1e-30, 1e30], ids=str)
 def test_tiny_and_huge_values(route, scale):
     whole_matrix.tiny_and_huge_values(400, scale)

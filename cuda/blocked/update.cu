@@ -359,11 +359,14 @@ struct WySplitWork {
 // and C stream through a STAGES-deep cp.async ring twice: once for W = V^T C, once for C += V (-T^T W), computed as
 // C^T += W^T V^T so that each lane holds pairs of adjacent rows of C. VEC: rows go in 16-byte groups of four (mr, the
 // leading dimensions and strides multiples of 4, the pointers 16-byte aligned). Whole chunks skip the predicates.
-template <int WMAX, int NT, bool VEC, WyPart PART>
+// FROM (whole only): C's entries are read from the row-major cf (element (i, j) of matrix b at
+// cf[b cf_bs + i cf_rs + j]) and all of the strip is written into c.
+template <int WMAX, int NT, bool VEC, WyPart PART, bool FROM = false>
 __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
                      int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
-                     int64_t c_bs, WySplitWork sw) {
+                     int64_t c_bs, const float* cf, int64_t cf_rs, int64_t cf_bs, WySplitWork sw) {
+    static_assert(!FROM || PART == WyPart::whole, "a row-major source is read by the one-launch update only");
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     using S = WyUpdateShape<WMAX, NT>;
     constexpr int LDW = S::LDW;
@@ -381,6 +384,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     v += b * v_bs + r0;
     t += b * t_bs;
     c += b * c_bs + j0 * ldc + r0;
+    if constexpr (FROM) cf += b * cf_bs + j0 + (int64_t)r0 * cf_rs;
     const int ncs = min(NT, nc - j0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3;
@@ -392,17 +396,32 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     const float* cp = c + lr + lc * ldc;
     const int64_t vstep = 16 * ldv, cstep = 16 * ldc;
     const int chunks = (mr + KC - 1) / KC;
+    // FROM: lane (fr, fc) of a warp copies rows 4 i + fr, columns fc + 32 h of a chunk, one float each, so that a warp
+    // reads four 32-byte pieces of rows and writes 32 distinct banks (the swizzle sets columns fc's rows 8 apart).
+    const int fr = lane >> 3, fc = 8 * warp + (lane & 7);
+    static_assert(!FROM || UPDATE_THREADS == 128, "four warps of 8 columns cover 32 columns of a chunk");
     auto issue = [&](int ch) {  // chunk ch into its stage, or an empty group past the end
         if (ch < chunks) {
             float* st = sm + (ch % STAGES) * S::stage;
             const int r0 = ch * KC + lr;
+            if constexpr (FROM) {
+#pragma unroll
+                for (int i = 0; i < KC / 4; ++i)
+#pragma unroll
+                    for (int h = 0; h < NT / 32; ++h) {
+                        const int r = 4 * i + fr, col = fc + 32 * h, row = ch * KC + r;
+                        const bool ok = row < mr && col < ncs;
+                        copy_async<4>(st + KC * WMAX + chunk_at(r, col), ok ? cf + row * cf_rs + col : cf, ok);
+                    }
+            }
             if (VEC && (ch + 1) * KC <= mr && w == WMAX && ncs == NT) {  // all of the chunk: no predicates
 #pragma unroll
                 for (int i = 0; i < WMAX / 16; ++i)
                     copy_async<16>(st + chunk_at(lr, lc + 16 * i), vp + ch * KC + i * vstep, true);
+                if constexpr (!FROM)
 #pragma unroll
-                for (int i = 0; i < NT / 16; ++i)
-                    copy_async<16>(st + KC * WMAX + chunk_at(lr, lc + 16 * i), cp + ch * KC + i * cstep, true);
+                    for (int i = 0; i < NT / 16; ++i)
+                        copy_async<16>(st + KC * WMAX + chunk_at(lr, lc + 16 * i), cp + ch * KC + i * cstep, true);
             } else {
                 auto column = [&](float* dst, const float* src, bool col_ok, const float* any) {
                     if constexpr (VEC) {
@@ -418,10 +437,11 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
 #pragma unroll
                 for (int i = 0; i < WMAX / 16; ++i)
                     column(st + chunk_at(lr, lc + 16 * i), vp + ch * KC + i * vstep, lc + 16 * i < w, v);
+                if constexpr (!FROM)
 #pragma unroll
-                for (int i = 0; i < NT / 16; ++i)
-                    column(st + KC * WMAX + chunk_at(lr, lc + 16 * i), cp + ch * KC + i * cstep, lc + 16 * i < ncs,
-                           c);
+                    for (int i = 0; i < NT / 16; ++i)
+                        column(st + KC * WMAX + chunk_at(lr, lc + 16 * i), cp + ch * KC + i * cstep,
+                               lc + 16 * i < ncs, c);
             }
         }
         copy_async_commit();
@@ -501,6 +521,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     // range, W's column is redone with C's column scaled by a power of two. Column by column, so that a large column
     // never pushes a small one of the same strip below FP32's range.
     bool scaled = false;  // any column of the strip
+    bool keep = false;    // W is zero: the strip's entries are stored unchanged (FROM)
     if constexpr (PART != WyPart::apply) {
         w_pass(std::false_type{});
         for (int j = tid; j < NT; j += UPDATE_THREADS) colmax_bits[j] = 0u;
@@ -530,7 +551,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
             for (int j = warp; j < ncs; j += UPDATE_THREADS / 32) {  // a warp per flagged column of C
                 if (!outside(colmax_bits[j])) continue;
                 unsigned m = 0u;
-                for (int r = lane; r < mr; r += 32) m = max(m, __float_as_uint(c[r + (int64_t)j * ldc]) & 0x7fffffffu);
+                for (int r = lane; r < mr; r += 32)
+                    m = max(m, __float_as_uint(FROM ? cf[r * cf_rs + j] : c[r + (int64_t)j * ldc]) & 0x7fffffffu);
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
                 __syncwarp();  // every lane has read the flag before lane 0 overwrites it
@@ -566,8 +588,12 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
         }
         // W exactly zero (no column rescaled, so no product was flushed that a scaled pass would have kept): C += V (T^T
         // W) would add zeros, so the strip keeps its bits without the second pass over it. Exact zero tails (rank-
-        // deficient inputs, columns already reduced) cost one read instead of two reads and a write.
-        if (!scaled && !__syncthreads_or(tid < ncs && wbits != 0u)) return;
+        // deficient inputs, columns already reduced) cost one read instead of two reads and a write. FROM: the strip is
+        // copied as it is.
+        if (!scaled && !__syncthreads_or(tid < ncs && wbits != 0u)) {
+            if constexpr (!FROM) return;
+            keep = true;
+        }
         put_w(1.f);
     } else {  // W' and its per-column scales from wy_reduce_kernel
         const float* wq = sw.wq + item * (WMAX * NT);
@@ -619,6 +645,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
                 return tf32x3_b_at([&](int k, int i) { return Vc[chunk_at(i3 + 8 * n + i, 8 * ks + k)]; }, lane);
             });
         auto update = [&](float2 old, int n, int h) {
+            if (keep) return old;
             const float u0 = up[0][n][2 * h] + upsmall[0][n][2 * h];
             const float u1 = up[0][n][2 * h + 1] + upsmall[0][n][2 * h + 1];
             if (!scaled) return make_float2(old.x + u0, old.y + u1);
@@ -741,6 +768,8 @@ struct WyArgs {
     bool t_lower;              // whether that is T^T
     float* c;
     int64_t ldc, c_bs;
+    const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
+    int64_t cf_rs, cf_bs;
 };
 
 // One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
@@ -758,9 +787,11 @@ int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, voi
     how.block = dim3(UPDATE_THREADS);
     how.smem = WyUpdateShape<WMAX, NT>::floats * sizeof(float);
     how.smem_limit = how.smem;
-    return qr2_launch(vec ? wy_update_kernel<WMAX, NT, true, PART> : wy_update_kernel<WMAX, NT, false, PART>, how,
-                      stream, "wy_update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t,
-                      a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, sw);
+    auto kernel = vec ? wy_update_kernel<WMAX, NT, true, PART> : wy_update_kernel<WMAX, NT, false, PART>;
+    if constexpr (PART == WyPart::whole)
+        if (a.cf) kernel = vec ? wy_update_kernel<WMAX, NT, true, PART, true> : wy_update_kernel<WMAX, NT, false, PART, true>;
+    return qr2_launch(kernel, how, stream, "wy_update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v, a.ldv,
+                      a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, a.cf, a.cf_rs, a.cf_bs, sw);
 }
 
 
@@ -844,8 +875,14 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
                                     : update_blocks_per_sm<64, true, WyPart::partial_w>(dev);
     const int splits = update_splits(a.batch, a.mr, a.nc, per_sm, dev);
     const WySplitWork sw = split_work(split_base, a.batch * ((a.nc + 63) / 64) * splits, wmax, dev);
-    if (splits > 1)
-        return wmax == 32 ? split_update<32>(a, splits, sw, dev, stream) : split_update<64>(a, splits, sw, dev, stream);
+    if (splits > 1) {
+        WyArgs in_c = a;  // the split update reads C in place
+        if (a.cf && qr2_transpose_run(a.cf, a.cf_rs, 1, a.cf_bs, a.c, a.ldc, a.c_bs, a.mr, a.nc, a.batch, stream))
+            return 1;
+        in_c.cf = nullptr;
+        return wmax == 32 ? split_update<32>(in_c, splits, sw, dev, stream)
+                          : split_update<64>(in_c, splits, sw, dev, stream);
+    }
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
     if (a.w <= 32) {
         if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
@@ -910,6 +947,17 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     // three GEMMs): 40 x 352 486-508 -> 451 us, 8 x 2048 6.42 -> 6.26 ms, 1 x 3000^2 7.06 -> 6.79
     // (docs/results/2026-12-03-h200-small-updates.txt).
     const bool on_cublas = a->batch * ((a->nc + 31) / 32) < dev->sms && mr > SPLIT_MAX_ROWS;
+    // Q = Q_1 Q_2 for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their T
+    // factors, and the later block's reflectors are zero above its first row. Q^T applies Q_1^T first, Q applies Q_2.
+    const int last = (w < mr ? w : mr) - 1;  // a block past the last row holds no reflector
+    const int pieces = last / UPDATE_W + 1;
+    // C's entries elsewhere: only the one-piece update kernel reads them from there; the rest start from C
+    const float* from = a->c_from;
+    if (from && (on_cublas || pieces > 1)) {
+        if (qr2_transpose_run(from, a->from_rs, 1, a->from_bs, a->c, a->ldc, a->c_bs, mr, a->nc, a->batch, stream))
+            return 1;
+        from = nullptr;
+    }
     if (on_cublas) {
         // torch's handle carries torch's math mode (TF32 when torch allows it); qr2 picks its own.
         if (check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")) return 1;
@@ -940,16 +988,12 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         t_bs = ws;
     }
     if (on_cublas) return cublas_update(a, h, T, t_bs, Tw + (int64_t)w * w, Tw + (int64_t)w * w + (int64_t)w * a->nc);
-    // Q = Q_1 Q_2 for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their T
-    // factors, and the later block's reflectors are zero above its first row. Q^T applies Q_1^T first, Q applies Q_2.
-    const int last = (w < mr ? w : mr) - 1;  // a block past the last row holds no reflector
-    const int pieces = last / UPDATE_W + 1;
     for (int i = 0; i < pieces; ++i) {
         const int k = (a->apply_q ? pieces - 1 - i : i) * UPDATE_W;
         const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
                               a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->apply_q != 0,
-                              a->c + k, a->ldc, a->c_bs};
+                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
