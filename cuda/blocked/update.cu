@@ -789,7 +789,8 @@ int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, voi
     how.smem_limit = how.smem;
     auto kernel = vec ? wy_update_kernel<WMAX, NT, true, PART> : wy_update_kernel<WMAX, NT, false, PART>;
     if constexpr (PART == WyPart::whole)
-        if (a.cf) kernel = vec ? wy_update_kernel<WMAX, NT, true, PART, true> : wy_update_kernel<WMAX, NT, false, PART, true>;
+        if (a.cf)
+            kernel = vec ? wy_update_kernel<WMAX, NT, true, PART, true> : wy_update_kernel<WMAX, NT, false, PART, true>;
     return qr2_launch(kernel, how, stream, "wy_update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v, a.ldv,
                       a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, a.cf, a.cf_rs, a.cf_bs, sw);
 }
