@@ -35,6 +35,7 @@ constexpr int SPLIT_MAX_ROWS = 4096;    // taller updates with few strips go to 
 constexpr int APPLY_ROWS = 8 * KC;      // rows of one apply block, at most
 constexpr int SPLIT_WAVE_BLOCKS = 4;    // blocks per SM a wave of the split update counts, at most (the workspace's bound)
 constexpr int REDUCE_THREADS = 256;
+constexpr int REDUCE_SPLITS = 4;  // partial W's a reduce thread has in flight at once
 constexpr int SCALE_ZERO = INT_MIN / 2;  // a partial W's column that is exactly zero: no scale to take part in the sum
 
 // G = V^T V as `parts` partial sums over row ranges, w x w each, one matrix's parts consecutive and g_bs apart (the
@@ -704,6 +705,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
 
     for (int j = tid; j < NT; j += REDUCE_THREADS) {
         int e = INT_MIN;
+#pragma unroll 4
         for (int s = 0; s < splits; ++s)
             if (scale[s * NT + j] != SCALE_ZERO) e = max(e, scale[s * NT + j]);
         e0[j] = e == INT_MIN ? 0 : e;
@@ -714,17 +716,29 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
         Tt[k][r] = r < w && k < w ? t[r * t_rs + k * t_cs] : 0.f;
     }
     __syncthreads();
+    // The partials of REDUCE_SPLITS splits are loaded together (one trip to L2 for each group, not each split), then
+    // added one split after another, in the order of the splits: the same bits as a split at a time.
     float sum[PER] = {};
-    for (int s = 0; s < splits; ++s) {
-        const float* ps = part + s * (WMAX * NT) + tid;
-        float x[PER];
+    for (int s0 = 0; s0 < splits; s0 += REDUCE_SPLITS) {
+        float x[REDUCE_SPLITS][PER];
+        int e[REDUCE_SPLITS][PER];
 #pragma unroll
-        for (int i = 0; i < PER; ++i) x[i] = ps[REDUCE_THREADS * i];
+        for (int u = 0; u < REDUCE_SPLITS; ++u) {
+            const int s = s0 + u < splits ? s0 + u : s0;  // past the last split: loaded again, not added
 #pragma unroll
-        for (int i = 0; i < PER; ++i) {
-            const int j = (tid + REDUCE_THREADS * i) / WMAX, e = scale[s * NT + j];
-            sum[i] += e == SCALE_ZERO || e == e0[j] ? x[i] : ldexpf(x[i], e - e0[j]);
+            for (int i = 0; i < PER; ++i) {
+                x[u][i] = part[s * (WMAX * NT) + tid + REDUCE_THREADS * i];
+                e[u][i] = scale[s * NT + (tid + REDUCE_THREADS * i) / WMAX];
+            }
         }
+#pragma unroll
+        for (int u = 0; u < REDUCE_SPLITS; ++u)
+            if (s0 + u < splits)
+#pragma unroll
+                for (int i = 0; i < PER; ++i) {
+                    const int j = (tid + REDUCE_THREADS * i) / WMAX;
+                    sum[i] += e[u][i] == SCALE_ZERO || e[u][i] == e0[j] ? x[u][i] : ldexpf(x[u][i], e[u][i] - e0[j]);
+                }
     }
 #pragma unroll
     for (int i = 0; i < PER; ++i) {  // each column's largest entry (NaN above Inf)
@@ -742,14 +756,21 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
         Ss[j][idx % WMAX] = up == 0 ? sum[i] : ldexpf(sum[i], up);
     }
     __syncthreads();
+    // -T^T S: this thread's entries share row k (REDUCE_THREADS is a multiple of WMAX) and lie in PER columns, so one
+    // pass over r feeds PER independent sums, each still taken in order of r (T upper triangular, or T^T lower)
     float* wq = sw.wq + item * (WMAX * NT);
-    for (int idx = tid; idx < WMAX * NT; idx += REDUCE_THREADS) {
-        const int k = idx % WMAX, j = idx / WMAX;
-        float acc = 0.f;
-        // T upper triangular, or T^T lower
-        const int r0 = t_lower ? k : 0, r1 = t_lower ? WMAX : k + 1;
-        for (int r = r0; r < r1; ++r) acc = fmaf(Tt[k][r], Ss[j][r], acc);
-        wq[idx] = -acc;
+    {
+        const int k = tid % WMAX, r0 = t_lower ? k : 0, r1 = t_lower ? WMAX : k + 1;
+        float acc[PER] = {};
+#pragma unroll 4
+        for (int r = 0; r < WMAX; ++r) {
+            if (r < r0 || r >= r1) continue;
+            const float tkr = Tt[k][r];
+#pragma unroll
+            for (int i = 0; i < PER; ++i) acc[i] = fmaf(tkr, Ss[(tid + REDUCE_THREADS * i) / WMAX][r], acc[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; ++i) wq[tid + REDUCE_THREADS * i] = -acc[i];
     }
     for (int j = tid; j < NT; j += REDUCE_THREADS) {
         const float m = __uint_as_float(colmax_bits[j]);
