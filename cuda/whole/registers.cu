@@ -3,10 +3,11 @@
 // factor, write H and tau.
 //
 // Panel mode (PANEL, for the blocked routes): the same kernel, one block per panel, factors an m x w panel (w <= 32,
-// m <= 512) in place and also writes the explicit reflectors V and the compact-WY factor T. The warp that built
-// reflector j computes column j of G = V^T V from the reflectors already in shared memory once it has no chain work
-// pending, then column j of T from it (t_column): T's columns follow the reflector chain one link behind. At batch 1
-// a 512 x 32 panel took 44 us against 86 us for panel_cluster.cu's cluster-rows kernel (H200, torch.profiler).
+// m <= 512) in place and also writes the explicit reflectors V and the compact-WY factor T. Once the last reflector
+// is built, all warps sum G = V^T V in 8 x 8 tiles and one warp runs T's recurrence in registers (panel_t): a warp
+// that did its column's share during the chain fell behind on its applies, for it has no slack (a step of applies
+// costs about a link), and arrived late at its next link. At batch 1 a 512 x 32 panel took 44 us against 86 us for
+// panel_cluster.cu's cluster-rows kernel (H200, torch.profiler).
 //
 // Layout: the matrix's G warps (G = blocks x warps per block) own its columns cyclically: warp g holds
 // columns g, g + G, g + 2G, ... (C of them); lane l holds rows l, l + 32, ... (RL per lane). Every
@@ -111,8 +112,8 @@ __host__ __device__ inline int reflector_offset(int r, int RL) {
     return 1024 * (g * RL - g * (g - 1) / 2) + 32 * (r & 31) * (RL - g);
 }
 
-// Dynamic shared memory: the head, K mbarriers (panels: 2 K, the second K for T's columns), K taus, for panels the
-// reflector dots G and T (T_MAX x (T_MAX + 1) each), then the K packed reflectors.
+// Dynamic shared memory: the head, K mbarriers, K taus, for panels the reflector dots G (T_MAX x (T_MAX + 1)), then
+// the K packed reflectors.
 constexpr int PANEL_SQUARE_BYTES = 4 * T_MAX * (T_MAX + 1);
 struct Layout {
     int bar, tau, g, v, bytes;
@@ -120,9 +121,9 @@ struct Layout {
 __host__ __device__ inline Layout layout(int K, int RL, bool with_t) {
     Layout l;
     l.bar = (int)((sizeof(Head) + 15) / 16 * 16);
-    l.tau = l.bar + 8 * K * (with_t ? 2 : 1);
+    l.tau = l.bar + 8 * K;
     l.g = l.tau + ((4 * K + 15) / 16 * 16);
-    l.v = l.g + (with_t ? 2 * PANEL_SQUARE_BYTES : 0);
+    l.v = l.g + (with_t ? PANEL_SQUARE_BYTES : 0);
     l.bytes = l.v + 4 * reflector_offset(K, RL);
     return l;
 }
@@ -364,55 +365,71 @@ __device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j
     for (int i = 0; i < RL; ++i) x[C - 1][i] = 0.f;
 }
 
-// Panels: column j of G = V^T V (G[i][j] = v_i . v_j for i < j) from reflector j and the earlier ones, all in
-// shared memory and kept whole (j < 32: from register group 0). Runs on the warp that built and published
-// reflector j, off the chain (its next link is G steps away), eight dots at a time to keep registers free: a
-// reduce-scatter leaves dot 8 c + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
+// Panels: G = V^T V (G[i][j] = v_i . v_j for i < j < K) from the reflectors in shared memory, by every warp once the
+// chain is done, in 8 x 8 tiles of (i, j) (diagonal tiles computed whole): a lane sums its own rows of the tile's 64
+// dots (16 shared loads per 64 FMAs, where a dot at a time needs one per FMA), then each column j of the tile is
+// reduce-scattered over the warp, leaving dot 8 ci + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
 template <int RL>
-__device__ __forceinline__ void reflector_dots(const float* vs, float (*gs)[T_MAX + 1], int j, int lane) {
-    __syncwarp();  // every lane's stores of reflector j are visible to the others
-    float vj[RL];
+__device__ __forceinline__ void panel_gram(const float* vs, float (*gs)[T_MAX + 1], int K, int warp, int nwarps,
+                                           int lane) {
+    const int nc = (K + 7) / 8;
+    for (int tile = warp; tile < nc * (nc + 1) / 2; tile += nwarps) {
+        int cj = 0, ci = tile;  // tiles ordered by column block cj, rows blocks ci <= cj
+        while (ci > cj) ci -= ++cj;
+        float d[8][8];  // d[jj][s]: rows 8 ci + s, column 8 cj + jj
 #pragma unroll
-    for (int k = 0; k < RL; ++k) vj[k] = vs[32 * RL * j + 32 * k + lane];
-    for (int c = 0; 8 * c < j; ++c) {
-        float d[8];
+        for (int jj = 0; jj < 8; ++jj)
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            const int i = 8 * c + s;
-            d[s] = 0.f;
-            if (i < j)
+            for (int s = 0; s < 8; ++s) d[jj][s] = 0.f;
 #pragma unroll
-                for (int k = 0; k < RL; ++k) d[s] = fmaf(vs[32 * RL * i + 32 * k + lane], vj[k], d[s]);
+        for (int k = 0; k < RL; ++k) {
+            float vi[8], vj[8];
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+                const int i = 8 * ci + s, j = 8 * cj + s;
+                vi[s] = i < K ? vs[32 * RL * i + 32 * k + lane] : 0.f;
+                vj[s] = j < K ? vs[32 * RL * j + 32 * k + lane] : 0.f;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+                for (int s = 0; s < 8; ++s) d[jj][s] = fmaf(vi[s], vj[jj], d[jj][s]);
         }
-        butterfly_scatter_round<4, 16>(d, lane);
-        butterfly_scatter_round<2, 8>(d, lane);
-        butterfly_scatter_round<1, 4>(d, lane);
-        float sum = d[0] + __shfl_xor_sync(FULL, d[0], 2);
-        sum += __shfl_xor_sync(FULL, sum, 1);
-        const int i = 8 * c + (lane >> 2);
-        if ((lane & 3) == 0 && i < j) gs[i][j] = sum;
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+            const int j = 8 * cj + jj;
+            if (j >= K || 8 * ci >= j) continue;  // warp-uniform
+            butterfly_scatter_round<4, 16>(d[jj], lane);
+            butterfly_scatter_round<2, 8>(d[jj], lane);
+            butterfly_scatter_round<1, 4>(d[jj], lane);
+            float sum = d[jj][0] + __shfl_xor_sync(FULL, d[jj][0], 2);
+            sum += __shfl_xor_sync(FULL, sum, 1);
+            const int i = 8 * ci + (lane >> 2);
+            if ((lane & 3) == 0 && i < j) gs[i][j] = sum;
+        }
     }
 }
 
-// Panels in one block: column j of T (LAPACK slarft, forward, column-wise: T[0:j, j] = -tau_j T[0:j, 0:j] G[0:j, j],
-// T[j][j] = tau_j, zeros below it), lane i computing row i, once column j - 1 is in (tbars[j - 1]), then published
-// on tbars[j]. Called by the warp that built reflector j right after that reflector's column of G: T's columns follow
-// the reflector chain one link behind, so the panel ends with T complete instead of running the block-wide recursive
-// doubling (ten barrier-separated phases) after its last reflector. Rows l < i of T are zero, so each lane sums over
-// every l < j.
-__device__ __forceinline__ void t_column(const float (*gs)[T_MAX + 1], float (*ts)[T_MAX + 1], const float* taus,
-                                         uint64_t* tbars, int j, int lane) {
-    __syncwarp();  // this warp's column j of G and tau_j are visible to every lane
-    if (j > 0) bar_wait(&tbars[j - 1]);
-    float a0 = 0.f, a1 = 0.f;
+// Panels: T (LAPACK slarft, forward, column-wise: T[0:j, j] = -tau_j T[0:j, 0:j] G[0:j, j], T[j][j] = tau_j, zeros
+// below it) by one warp, lane i holding row i in registers, and written out column-major (ld K). Rows l < i of T are
+// zero, so each lane sums over every l < j.
+__device__ __forceinline__ void panel_t(const float (*gs)[T_MAX + 1], const float* taus, float* tout, int K,
+                                        int lane) {
+    float tr[T_MAX];
 #pragma unroll
-    for (int l = 0; l < T_MAX; l += 2) {
-        if (l < j) a0 = fmaf(ts[lane][l], gs[l][j], a0);
-        if (l + 1 < j) a1 = fmaf(ts[lane][l + 1], gs[l + 1][j], a1);
+    for (int j = 0; j < T_MAX; ++j) {
+        tr[j] = 0.f;
+        if (j >= K) continue;
+        float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+        for (int l = 0; l < j; l += 2) {
+            a0 = fmaf(tr[l], gs[l][j], a0);
+            if (l + 1 < j) a1 = fmaf(tr[l + 1], gs[l + 1][j], a1);
+        }
+        const float tau = taus[j];
+        tr[j] = lane < j ? -tau * (a0 + a1) : lane == j ? tau : 0.f;
+        if (lane < K) tout[(int64_t)j * K + lane] = tr[j];
     }
-    const float tau = taus[j];
-    ts[lane][j] = lane < j ? -tau * (a0 + a1) : lane == j ? tau : 0.f;
-    bar_arrive(&tbars[j]);
 }
 
 template <int RL, int C, int CL, bool PANEL>
@@ -422,10 +439,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int m = a.m, n = a.n, K = m < n ? m : n;
     const Layout lay = layout(K, RL, PANEL);
     Head* head = reinterpret_cast<Head*>(smem);
-    auto gs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g);  // panels: G, then T
-    auto ts = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g + PANEL_SQUARE_BYTES);
+    auto gs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g);  // panels: G
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + lay.bar);
-    uint64_t* tbars = bars + K;  // panels: T's columns (t_column)
     static_assert(!PANEL || CL == 1, "panels run in one block");
     float* taus = reinterpret_cast<float*>(smem + lay.tau);
     float* vs = reinterpret_cast<float*>(smem + lay.v);
@@ -438,16 +453,12 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
     constexpr bool G0 = PANEL;        // panels: every reflector starts in register group 0 (K <= T_MAX)
     if (PANEL && a.done && a.done[mat]) return;  // a matrix the CholeskyQR panel already factored
-    if (PANEL)  // defensive: t_column reads only the entries of G that reflector_dots writes
-        for (int i = t; i < T_MAX * (T_MAX + 1); i += blockDim.x) (&gs[0][0])[i] = 0.f;
-
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
     // cluster: armed (below) for their bytes, 32 (RL - r / 32) floats and tau, which that block's st.async
     // stores deliver
     for (int r = t; r < K; r += blockDim.x) {
         const bool local = CL == 1 || (r % G) / nwarps == q;
         bar_init(&bars[r], local ? 32 : 1);
-        if (PANEL) bar_init(&tbars[r], 32);
     }
     if (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 
@@ -499,7 +510,6 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         taum = make_reflector<RL, G0>(x[0], vm, 0, lane);
         publish<RL, CL, G0>(0, vm, taum, vs, taus, bars, tau_out, q, lane);
         if constexpr (PANEL) write_reflector(vm, vout, 0, a.ldv, ml);
-        if constexpr (PANEL) t_column(gs, ts, taus, tbars, 0, lane);
         retire_column<RL, C, G0>(x, h, jn, a.ldh, lane, ml, expo);
         jn += G;
     }
@@ -531,11 +541,6 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
 #pragma unroll
         for (int c = 0; c < C; ++c) live[c] = jn + G * c < n;
         apply_reflector<RL, C, G0>(v, tau, x, live, r, lane);
-        if constexpr (PANEL)  // after the apply: v is dead, its registers free
-            if (r + 1 == jn - G) {
-                reflector_dots<RL>(vs, gs, r + 1, lane);
-                t_column(gs, ts, taus, tbars, r + 1, lane);
-            }
     }
 
     // columns no reflector was built from (n > m): all R
@@ -551,9 +556,10 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         for (int r = t; r < K; r += blockDim.x) bar_wait(&bars[r]);
         cg::this_cluster().sync();
     } else if (PANEL) {
-        if (K > 0) bar_wait(&tbars[K - 1]);  // T's last column, and with it (release-acquire chain) every other
-        float* tout = a.t + mat * a.t_bs;
-        for (int i = t; i < K * K; i += blockDim.x) tout[i] = ts[i % K][i / K];
+        __syncthreads();  // every reflector is in shared memory
+        panel_gram<RL>(vs, gs, K, warp, nwarps, lane);
+        __syncthreads();
+        if (warp == 0) panel_t(gs, taus, a.t + mat * a.t_bs, K, lane);
     }
 }
 
