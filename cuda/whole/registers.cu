@@ -366,38 +366,46 @@ __device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j
 }
 
 // Panels: G = V^T V (G[i][j] = v_i . v_j for i < j < K) from the reflectors in shared memory, by every warp once the
-// chain is done, in 8 x 8 tiles of (i, j) (diagonal tiles computed whole): a lane sums its own rows of the tile's 64
-// dots (16 shared loads per 64 FMAs, where a dot at a time needs one per FMA), then each column j of the tile is
-// reduce-scattered over the warp, leaving dot 8 ci + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
+// chain is done, in tiles of 8 rows i by GJ columns j (diagonal tiles computed whole): a lane sums its own rows of
+// the tile's dots (8 + GJ shared loads per 8 GJ FMAs, where a dot at a time needs one per FMA), then each column j
+// of the tile is reduce-scattered over the warp, leaving dot 8 ci + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
+constexpr int GJ = 4;  // 8 GJ sums a lane: wider tiles raised the registers past the chain's (spills, fewer blocks)
 template <int RL>
 __device__ __forceinline__ void panel_gram(const float* vs, float (*gs)[T_MAX + 1], int K, int warp, int nwarps,
                                            int lane) {
-    const int nc = (K + 7) / 8;
-    for (int tile = warp; tile < nc * (nc + 1) / 2; tile += nwarps) {
-        int cj = 0, ci = tile;  // tiles ordered by column block cj, rows blocks ci <= cj
-        while (ci > cj) ci -= ++cj;
-        float d[8][8];  // d[jj][s]: rows 8 ci + s, column 8 cj + jj
+    // column block cj (columns GJ cj ..) needs the row blocks holding rows i < its last column
+    auto row_blocks = [&](int cj) { return (min(GJ * cj + GJ, K) - 2) / 8 + 1; };
+    int cj = 0, ci = warp;
+    while (GJ * cj < K && ci >= row_blocks(cj)) ci -= row_blocks(cj++);
+    for (; GJ * cj < K; ci += nwarps) {
+        while (GJ * cj < K && ci >= row_blocks(cj)) ci -= row_blocks(cj++);
+        if (GJ * cj >= K) break;
+        float d[GJ][8];  // d[jj][s]: row 8 ci + s, column GJ cj + jj
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj)
+        for (int jj = 0; jj < GJ; ++jj)
 #pragma unroll
             for (int s = 0; s < 8; ++s) d[jj][s] = 0.f;
-#pragma unroll
-        for (int k = 0; k < RL; ++k) {
-            float vi[8], vj[8];
+#pragma unroll 1
+        for (int k = 0; k < RL; ++k) {  // not unrolled: the loads of every k hoisted took 30-60 more registers
+            float vi[8], vj[GJ];
 #pragma unroll
             for (int s = 0; s < 8; ++s) {
-                const int i = 8 * ci + s, j = 8 * cj + s;
+                const int i = 8 * ci + s;
                 vi[s] = i < K ? vs[32 * RL * i + 32 * k + lane] : 0.f;
-                vj[s] = j < K ? vs[32 * RL * j + 32 * k + lane] : 0.f;
             }
 #pragma unroll
-            for (int jj = 0; jj < 8; ++jj)
+            for (int jj = 0; jj < GJ; ++jj) {
+                const int j = GJ * cj + jj;
+                vj[jj] = j < K ? vs[32 * RL * j + 32 * k + lane] : 0.f;
+            }
+#pragma unroll
+            for (int jj = 0; jj < GJ; ++jj)
 #pragma unroll
                 for (int s = 0; s < 8; ++s) d[jj][s] = fmaf(vi[s], vj[jj], d[jj][s]);
         }
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-            const int j = 8 * cj + jj;
+        for (int jj = 0; jj < GJ; ++jj) {
+            const int j = GJ * cj + jj;
             if (j >= K || 8 * ci >= j) continue;  // warp-uniform
             butterfly_scatter_round<4, 16>(d[jj], lane);
             butterfly_scatter_round<2, 8>(d[jj], lane);
