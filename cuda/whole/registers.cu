@@ -58,6 +58,7 @@ namespace {
 constexpr unsigned FULL = 0xffffffffu;
 
 constexpr int T_MAX = 32;  // widest panel (whose T the kernel builds)
+constexpr int GJ = 4;      // panels: columns of a tile of G (8 GJ sums a lane: wider tiles spilled, see panel_gram)
 
 // Registers per thread: the C x RL block, this lane's rows of one reflector, C dots, ~36 others (panels: ~12
 // more, for the dots of G and the addresses of V and T).
@@ -112,8 +113,8 @@ __host__ __device__ inline int reflector_offset(int r, int RL) {
     return 1024 * (g * RL - g * (g - 1) / 2) + 32 * (r & 31) * (RL - g);
 }
 
-// Dynamic shared memory: the head, K mbarriers, K taus, for panels the reflector dots G (T_MAX x (T_MAX + 1)), then
-// the K packed reflectors.
+// Dynamic shared memory: the head, K mbarriers (panels: T_MAX / GJ more, one per column block of G), K taus, for
+// panels the reflector dots G (T_MAX x (T_MAX + 1)), then the K packed reflectors.
 constexpr int PANEL_SQUARE_BYTES = 4 * T_MAX * (T_MAX + 1);
 struct Layout {
     int bar, tau, g, v, bytes;
@@ -121,7 +122,7 @@ struct Layout {
 __host__ __device__ inline Layout layout(int K, int RL, bool with_t) {
     Layout l;
     l.bar = (int)((sizeof(Head) + 15) / 16 * 16);
-    l.tau = l.bar + 8 * K;
+    l.tau = l.bar + 8 * (K + (with_t ? T_MAX / GJ : 0));
     l.g = l.tau + ((4 * K + 15) / 16 * 16);
     l.v = l.g + (with_t ? PANEL_SQUARE_BYTES : 0);
     l.bytes = l.v + 4 * reflector_offset(K, RL);
@@ -365,17 +366,20 @@ __device__ __forceinline__ void retire_column(float (&x)[C][RL], float* h, int j
     for (int i = 0; i < RL; ++i) x[C - 1][i] = 0.f;
 }
 
-// Panels: G = V^T V (G[i][j] = v_i . v_j for i < j < K) from the reflectors in shared memory, by every warp once the
-// chain is done, in tiles of 8 rows i by GJ columns j (diagonal tiles computed whole): a lane sums its own rows of
-// the tile's dots (8 + GJ shared loads per 8 GJ FMAs, where a dot at a time needs one per FMA), then each column j
-// of the tile is reduce-scattered over the warp, leaving dot 8 ci + (lane >> 2) on lanes 4 (lane >> 2) .. + 3.
-constexpr int GJ = 4;  // 8 GJ sums a lane: wider tiles raised the registers past the chain's (spills, fewer blocks)
+// Panels: G = V^T V (G[i][j] = v_i . v_j for i < j < K) from the reflectors in shared memory, once the chain is
+// done, in tiles of 8 rows i by GJ columns j (diagonal tiles computed whole), taken in column order by `workers`
+// warps from `first` on: a lane sums its own rows of the tile's dots (8 + GJ shared loads per 8 GJ FMAs, where a dot
+// at a time needs one per FMA), then each column j of the tile is reduce-scattered over the warp, leaving dot
+// 8 ci + (lane >> 2) on lanes 4 (lane >> 2) .. + 3; every lane then arrives on its column block's mbarrier, which
+// completes with the block's last tile (gram_tiles(cj) tiles, 32 arrivals each), so that T's columns can follow.
+__device__ __forceinline__ int gram_tiles(int cj, int K) { return ((GJ * cj + GJ < K ? GJ * cj + GJ : K) - 2) / 8 + 1; }
 template <int RL>
-__device__ __forceinline__ void panel_gram(const float* vs, float (*gs)[T_MAX + 1], int K, int warp, int nwarps,
-                                           int lane) {
+__device__ __forceinline__ void panel_gram(const float* vs, float (*gs)[T_MAX + 1], uint64_t* gbars, int K,
+                                           int first, int workers, int warp, int lane) {
     // column block cj (columns GJ cj ..) needs the row blocks holding rows i < its last column
-    auto row_blocks = [&](int cj) { return (min(GJ * cj + GJ, K) - 2) / 8 + 1; };
-    int cj = 0, ci = warp;
+    auto row_blocks = [&](int cj) { return gram_tiles(cj, K); };
+    const int nwarps = workers;
+    int cj = 0, ci = warp - first;
     while (GJ * cj < K && ci >= row_blocks(cj)) ci -= row_blocks(cj++);
     for (; GJ * cj < K; ci += nwarps) {
         while (GJ * cj < K && ci >= row_blocks(cj)) ci -= row_blocks(cj++);
@@ -415,19 +419,21 @@ __device__ __forceinline__ void panel_gram(const float* vs, float (*gs)[T_MAX + 
             const int i = 8 * ci + (lane >> 2);
             if ((lane & 3) == 0 && i < j) gs[i][j] = sum;
         }
+        bar_arrive(&gbars[cj]);
     }
 }
 
 // Panels: T (LAPACK slarft, forward, column-wise: T[0:j, j] = -tau_j T[0:j, 0:j] G[0:j, j], T[j][j] = tau_j, zeros
-// below it) by one warp, lane i holding row i in registers, and written out column-major (ld K). Rows l < i of T are
-// zero, so each lane sums over every l < j.
-__device__ __forceinline__ void panel_t(const float (*gs)[T_MAX + 1], const float* taus, float* tout, int K,
-                                        int lane) {
+// below it) by one warp, lane i holding row i in registers, and written out column-major (ld K), each column block
+// as soon as its columns of G are in. Rows l < i of T are zero, so each lane sums over every l < j.
+__device__ __forceinline__ void panel_t(const float (*gs)[T_MAX + 1], uint64_t* gbars, const float* taus,
+                                        float* tout, int K, int lane) {
     float tr[T_MAX];
 #pragma unroll
     for (int j = 0; j < T_MAX; ++j) {
         tr[j] = 0.f;
         if (j >= K) continue;
+        if (j % GJ == 0) bar_wait(&gbars[j / GJ]);
         float a0 = 0.f, a1 = 0.f;
 #pragma unroll
         for (int l = 0; l < j; l += 2) {
@@ -449,6 +455,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     Head* head = reinterpret_cast<Head*>(smem);
     auto gs = reinterpret_cast<float(*)[T_MAX + 1]>(smem + lay.g);  // panels: G
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + lay.bar);
+    uint64_t* gbars = bars + K;  // panels: G's column blocks (panel_gram)
     static_assert(!PANEL || CL == 1, "panels run in one block");
     float* taus = reinterpret_cast<float*>(smem + lay.tau);
     float* vs = reinterpret_cast<float*>(smem + lay.v);
@@ -468,6 +475,7 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         const bool local = CL == 1 || (r % G) / nwarps == q;
         bar_init(&bars[r], local ? 32 : 1);
     }
+    if (PANEL && t < (K + GJ - 1) / GJ) bar_init(&gbars[t], 32 * gram_tiles(t, K));
     if (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 
     // load (any strides); rows >= m and columns >= n are zeros and stay zeros
@@ -564,10 +572,11 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
         for (int r = t; r < K; r += blockDim.x) bar_wait(&bars[r]);
         cg::this_cluster().sync();
     } else if (PANEL) {
+        // G by warps 1.. (all, with one warp), T by warp 0 behind it
         __syncthreads();  // every reflector is in shared memory
-        panel_gram<RL>(vs, gs, K, warp, nwarps, lane);
-        __syncthreads();
-        if (warp == 0) panel_t(gs, taus, a.t + mat * a.t_bs, K, lane);
+        const int first = nwarps > 1 ? 1 : 0;
+        if (warp >= first) panel_gram<RL>(vs, gs, gbars, K, first, nwarps - first, warp, lane);
+        if (warp == 0) panel_t(gs, gbars, taus, a.t + mat * a.t_bs, K, lane);
     }
 }
 
