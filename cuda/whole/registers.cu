@@ -4,10 +4,11 @@
 //
 // Panel mode (PANEL, for the blocked routes): the same kernel, one block per panel, factors an m x w panel (w <= 32,
 // m <= 512) in place and also writes the explicit reflectors V and the compact-WY factor T. Once the last reflector
-// is built, all warps sum G = V^T V in 8 x 8 tiles and one warp runs T's recurrence in registers (panel_t): a warp
-// that did its column's share during the chain fell behind on its applies, for it has no slack (a step of applies
-// costs about a link), and arrived late at its next link. At batch 1 a 512 x 32 panel took 44 us against 86 us for
-// panel_cluster.cu's cluster-rows kernel (H200, torch.profiler).
+// is built, warps 1.. sum G = V^T V in 8 x 4 tiles (panel_gram) and warp 0 runs T's recurrence in registers behind
+// them (panel_t). Not during the chain: a warp that did its column's share of G and T there fell behind on its
+// applies, for it has no slack (a step of applies costs about a link), and came late to its next link (40 x 352:
+// links of 1,000 cycles became 1,700 in the panel's second half). At batch 1 a 512 x 32 panel took 44 us against
+// 86 us for panel_cluster.cu's cluster-rows kernel (H200, torch.profiler).
 //
 // Layout: the matrix's G warps (G = blocks x warps per block) own its columns cyclically: warp g holds
 // columns g, g + G, g + 2G, ... (C of them); lane l holds rows l, l + 32, ... (RL per lane). Every
@@ -698,8 +699,8 @@ extern "C" int qr2_registers_run(const qr2_whole_qr_args* w, int cluster, const 
 }
 
 // Panels run in one block whatever the batch: a panel's time is its chain of reflectors, and 2-block clusters while
-// the batch left SMs idle measured no faster (40 x 352: 26.5 against 26.0 us a panel; one block also builds T beside
-// the chain: docs/results/2026-12-03-h200-panel-t-chain.txt).
+// the batch left SMs idle measured no faster (40 x 352: 26.5 against 26.0 us a panel, with one block then building T
+// beside the chain: docs/results/2026-12-03-h200-panel-t-chain.txt).
 extern "C" int qr2_panel_registers_holds(int64_t m, int64_t w, const qr2_device* dev) {
     const int RL = panel_rows_per_lane(m);
     if (w < 1 || w > T_MAX || w > m) return 0;
