@@ -377,13 +377,11 @@ __device__ __forceinline__ int gram_tiles(int cj, int K) { return ((GJ * cj + GJ
 template <int RL>
 __device__ __forceinline__ void panel_gram(const float* vs, float (*gs)[T_MAX + 1], uint64_t* gbars, int K,
                                            int first, int workers, int warp, int lane) {
-    // column block cj (columns GJ cj ..) needs the row blocks holding rows i < its last column
-    auto row_blocks = [&](int cj) { return gram_tiles(cj, K); };
-    const int nwarps = workers;
+    // tile ci of column block cj (columns GJ cj ..), which has the gram_tiles(cj, K) row blocks holding rows i < its
+    // last column
     int cj = 0, ci = warp - first;
-    while (GJ * cj < K && ci >= row_blocks(cj)) ci -= row_blocks(cj++);
-    for (; GJ * cj < K; ci += nwarps) {
-        while (GJ * cj < K && ci >= row_blocks(cj)) ci -= row_blocks(cj++);
+    for (;; ci += workers) {
+        while (GJ * cj < K && ci >= gram_tiles(cj, K)) ci -= gram_tiles(cj++, K);
         if (GJ * cj >= K) break;
         float d[GJ][8];  // d[jj][s]: row 8 ci + s, column GJ cj + jj
 #pragma unroll
