@@ -4,6 +4,11 @@ CUDA events, divided by the number of calls (median of several bursts), so a ker
 path shows the host path. The `empty_kernel` pseudo-route gives the floor of a call.
 
     python tools/small_sweep.py --json-out sweep.json [--n 8:256:8] [--batches 1,20,40,640]
+
+The large-matrix sweep of the blocked configurations (n 288-1536, each point a few calls):
+
+    python tools/small_sweep.py --n 288:1536:32 --batches 1,8,40,640 --calls 2 --bursts 3 \
+        --routes blocked_nb32,blocked_nb64,blocked_cholqr_nb32 --json-out large.json
 """
 import argparse
 import json
@@ -17,7 +22,7 @@ import qr2_op
 
 def holds(route, n):
     """Whether `route`'s kernel can hold n x n (a forced route that cannot falls back to the table)."""
-    return qr2_op._can_run(route, n, n) if route != "blocked_nb32" else True
+    return qr2_op._can_run(route, n, n) if not route.startswith("blocked") else True
 
 
 def main():
@@ -26,6 +31,8 @@ def main():
     ap.add_argument("--batches", default="1,20,40,640")
     ap.add_argument("--routes", default="quad,warp,builder,registers,registers_cluster2,blocked_nb32")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--calls", type=int, default=10, help="back-to-back calls per timed burst")
+    ap.add_argument("--bursts", type=int, default=5, help="timed bursts per point (median)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     lo, hi, step = (int(v) for v in args.n.split(":"))
@@ -47,8 +54,8 @@ def main():
             for r in routes:
                 runs = holds(r, n)
                 with forced(r):
-                    row["us"][r] = per_call_us(op, A) if runs else None
-            row["us"]["table"] = per_call_us(op, A)
+                    row["us"][r] = per_call_us(op, A, calls=args.calls, bursts=args.bursts) if runs else None
+            row["us"]["table"] = per_call_us(op, A, calls=args.calls, bursts=args.bursts)
             if not args.no_torch:
                 row["us"]["torch"] = per_call_us(torch.geqrf, A, calls=1, bursts=1 if batch * n > 20000 else 3)
             rows.append(row)
