@@ -9,7 +9,8 @@
  * panel on 32-column panels it holds that are taller than the registers kind holds (below that height the registers
  * panel measured faster: docs/tuning.md); the cluster or tall kind then factors only the matrices whose guard failed.
  * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
- * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt).
+ * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt). Each matrix's exactly zero
+ * trailing columns are found first (qr2_zero_tail_run); the register panels and the updates leave them alone.
  */
 #include "configs.h"
 
@@ -39,10 +40,11 @@ static int outer_panel_width(const qr2_config* c, const qr2_problem* p) {
 static int64_t t_floats(const qr2_config* c) { return c->nb > c->leaf_nb ? 6 * T_HALF_FLOATS : T_HALF_FLOATS; }
 
 int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
-    /* per matrix: explicit V of one outer panel (m x its width), the T factors, the update's scratch */
+    /* per matrix: explicit V of one outer panel (m x its width), the T factors, the update's scratch; after the
+     * split update's regions, one int a matrix each for the CholeskyQR panels' flags and for zero_from */
     const int w = outer_panel_width(c, p);
     return tall_panel_floats(p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
-           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0);
+           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch;
 }
 
 typedef struct schedule {
@@ -58,6 +60,7 @@ typedef struct schedule {
     int64_t wy_bs;
     void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
     int* done;    /* CholeskyQR panels: per matrix, whether the last one factored it (NULL: not this configuration) */
+    int* zero_from; /* per matrix, where its exactly zero trailing columns start (qr2_zero_tail_run) */
 } schedule;
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
@@ -77,6 +80,7 @@ static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, co
         .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
         .work = s->wy, .work_bs = s->wy_bs,
         .c_from = from_a ? p->a + k0 + w : 0, .from_rs = p->a_rs, .from_bs = p->a_bs,
+        .zero_from = s->zero_from, .col0 = k0 + w,
     };
     return qr2_update_run(&a, s->blas, p->dev, p->stream);
 }
@@ -102,6 +106,7 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
             .tau = p->tau + k0, .tau_bs = kmin,
             .v = s->v + (int64_t)jo * ldv_of(s), .ldv = ldv_of(s), .v_bs = s->v_bs, .v_row0 = jo,
             .t = t_leaf, .t_bs = s->t_bs,
+            .zero_from = s->zero_from, .col0 = k0,
         };
         const int registers = qr2_panel_registers_holds(mr, w, p->dev);
         if (s->done && !registers && qr2_panel_cholqr_holds(mr, w, p->dev)) {
@@ -157,7 +162,12 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     s.t_bs = t_floats(c);
     s.wy = s.t + p->batch * s.t_bs;
     s.wy_bs = qr2_update_work_floats(width, p->n);
-    if (c->cholqr) s.done = (int*)(s.wy + p->batch * s.wy_bs + qr2_update_split_floats(p->m, p->n, width, p->batch, p->dev));
+    int* flags = (int*)(s.wy + p->batch * s.wy_bs + qr2_update_split_floats(p->m, p->n, width, p->batch, p->dev));
+    if (c->cholqr) s.done = flags, flags += p->batch;
+    s.zero_from = flags;
+    /* Exactly zero trailing columns (rank-deficient inputs) stay zero: the panels and updates leave them alone
+     * (640 x 512 rankdef 4.91 -> 3.92 ms; dense cases 1-3 % slower: docs/results/2026-12-04-h200-zero-tails.txt) */
+    if (qr2_zero_tail_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.zero_from, p->stream)) return 1;
     const int kmin = p->m < p->n ? p->m : p->n;
     for (int k = 0; k < kmin; k += c->nb) {
         const int w = (int)min64(c->nb, kmin - k);

@@ -1,6 +1,7 @@
 /*
  * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
- * a panel kind, the compact-WY update, the merge of two T factors and the input transpose on tensors the test allocates, on the current device
+ * a panel kind, the compact-WY update, the merge of two T factors, the zero-tail search and the input transpose on
+ * tensors the test allocates, on the current device
  * and the given stream. Each returns 0, or non-zero with qr2_cuda_last_error() saying why.
  */
 #include <string.h>
@@ -80,6 +81,12 @@ QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float
 QR2_EXPORT int qr2_test_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, const float* t1, const float* t2,
                                 int64_t t_bs, float* t, int64_t out_bs, void* stream) {
     return qr2_update_merge_t(batch, mr, w1, w2, v, mr, (int64_t)mr * (w1 + w2), t1, t2, t_bs, t, out_bs, stream);
+}
+
+/* zero_from[b] for a batch of m x n matrices, element (i, j) of matrix b at a[b bs + i rs + j cs]. */
+QR2_EXPORT int qr2_test_zero_tail(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
+                                  int* zero_from, void* stream) {
+    return qr2_zero_tail_run(a, rs, cs, bs, m, n, batch, zero_from, stream);
 }
 
 QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,

@@ -109,6 +109,10 @@ typedef struct qr2_panel_job {
     int64_t t_bs;
     const int* done; /* Householder kinds: matrix b is skipped where done[b] != 0 (the CholeskyQR panel factored it);
                         NULL: none is */
+    /* The registers kind leaves matrix b as it is, but for tau = 0, where col0 (the panel's first column in the whole
+     * matrix) >= zero_from[b]: its columns from there on are exactly zero (qr2_zero_tail_run). NULL: none. */
+    const int* zero_from;
+    int col0;
 } qr2_panel_job;
 
 /* cholqr: CholeskyQR2 in FP64 with Householder reconstruction, a cluster of up to 16 blocks per panel (m <= 4096,
@@ -168,6 +172,10 @@ typedef struct qr2_update_args {
      * transpose instead of a pass of its own). C is then written in full. */
     const float* c_from;
     int64_t from_rs, from_bs;
+    /* Not NULL: C's column j is column col0 + j of the whole matrix, and a strip of C from zero_from[b] on (exactly
+     * zero: qr2_zero_tail_run) is left alone (written as zeros when read from c_from). */
+    const int* zero_from;
+    int col0;
 } qr2_update_args;
 
 #define QR2_UPDATE_MAX_W 128
@@ -189,6 +197,10 @@ int qr2_reflectors_unpack(int64_t batch, int mr, int w, const float* h, int64_t 
 /* The m x n identity in column-major q (ld m, m*n apart). */
 int qr2_identity_run(int64_t batch, int m, int n, float* q, void* stream);
 
+/* zero_from[b] = 1 + the last column of matrix b (element (i, j) at a[b bs + i rs + j cs]) with a non-zero entry,
+ * 0 for a zero matrix: its columns from there on are exactly zero, and so are the factorisation's. */
+int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch, int* zero_from,
+                      void* stream);
 /* Copies a batch of m x n matrices (any strides) into column-major dst (ld ldd, dst_bs apart). */
 int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int64_t ldd, int64_t dst_bs,
                       int m, int n, int64_t batch, void* stream);

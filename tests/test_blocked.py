@@ -81,6 +81,31 @@ def test_first_update_reads_row_major_input(route, shape, pad):
     check(A, (H, tau))
 
 
+# Exactly zero trailing columns (rank-deficient inputs): the panels and updates leave them alone. Tails ending
+# inside a 32-column panel and on its edges, a zero matrix, matrices without a tail in the same batch; a row-major
+# input (its first update writes the tail's zeros into H), a column-major one and a strided one; panels of the
+# register kind and, past 512 rows, of the cluster and CholeskyQR kinds.
+@pytest.mark.parametrize("layout", ["row_major", "column_major", "strided"])
+@pytest.mark.parametrize("shape", [(512, 512), (300, 257), (700, 300)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_exact_zero_tails(route, layout, shape):
+    m, n = shape
+    tails = [0, 1, 31, 32, 33, 128, 200, n - 1, n]
+    base = torch.randn(len(tails), m, n + 2, device="cuda")
+    for b, z in enumerate(tails):
+        base[b, :, n - z:n] = 0.0
+    A = base[..., :n]
+    if layout == "column_major":
+        A = A.mT.contiguous().mT
+    elif layout == "row_major":
+        A = A.contiguous()
+    H, tau = whole_matrix.factor(A)
+    Hc, tauc = whole_matrix.factor(A.mT.contiguous().mT)
+    assert torch.equal(H.view(torch.int32), Hc.view(torch.int32)) and torch.equal(tau, tauc)  # any layout, same bits
+    for b, z in enumerate(tails):
+        assert torch.all(H[b, :, n - z:] == 0) and torch.all(tau[b, min(m, n) - min(z, min(m, n)):] == 0), (b, z)
+    check(A, (H, tau))
+
+
 @pytest.mark.parametrize("scale", [1e-30, 1e30], ids=str)
 def test_tiny_and_huge_values(route, scale):
     whole_matrix.tiny_and_huge_values(400, scale)

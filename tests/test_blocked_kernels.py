@@ -1,8 +1,8 @@
 """The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
 (registers in panel mode, cluster, tall, cholqr) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's
 checker; the CholeskyQR panel's guard;
-the compact-WY update against Q^T C in FP64; the merge of two T factors against LAPACK's T; the input transpose
-against torch."""
+the compact-WY update against Q^T C in FP64; the merge of two T factors against LAPACK's T; the search for exactly
+zero trailing columns and the input transpose against torch."""
 import ctypes
 
 import pytest
@@ -24,6 +24,7 @@ for _name, _res, _args in [
     ("qr2_test_update_work_floats", _i64, [_i64, _int, _int, _int, _int]),
     ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p]),
+    ("qr2_test_zero_tail", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
     ("qr2_test_last_error", _str, []),
 ]:
@@ -305,3 +306,34 @@ def test_transpose_copies_any_strides_into_column_major(layout, batch, m, n):
     _check(_lib.qr2_test_transpose(A.data_ptr(), A.stride(1), A.stride(2), A.stride(0), out.data_ptr(), m, n, batch,
                                    _stream()))
     assert torch.equal(out.transpose(-1, -2), A)
+
+
+@pytest.mark.parametrize("layout", ["row_major", "column_major", "transposed_slice"])
+@pytest.mark.parametrize("batch,m,n", [(5, 40, 70), (3, 5000, 100), (2, 1, 33), (4, 700, 1)], ids=str)
+def test_zero_tail_finds_the_last_nonzero_column(layout, batch, m, n):
+    """zero_from = 1 + the last column holding a non-zero entry: tails of every length (none, 1, 31, 32, 33 columns,
+    all), the last non-zero entry in the first or last row (rows split over blocks past 4096 rows), -0 counted as zero
+    and NaN as non-zero; any strides."""
+    base = torch.randn(batch, m, n, device="cuda")
+    tails = [0, 1, 31, 32, 33, n][:batch]
+    for b, z in enumerate(tails):
+        base[b, :, n - min(z, n):] = -0.0 if b % 2 else 0.0
+    if n > 33 and batch > 3:
+        base[3, :, :] = 0.0
+        base[3, m - 1, 5] = float("nan")  # the last column holding something: 5, in the last row only
+    if layout == "column_major":
+        A = _column_major(base)
+    elif layout == "transposed_slice":
+        A = torch.zeros(batch, n + 3, m + 2, device="cuda").transpose(-1, -2)[:, 1:m + 1, 2:n + 2]
+        A.copy_(base)
+    else:
+        A = base
+    expected = []
+    for b in range(batch):
+        nonzero = (A[b].cpu().view(torch.int32) & 0x7fffffff) != 0
+        cols = nonzero.any(dim=0).nonzero()
+        expected.append(int(cols.max()) + 1 if len(cols) else 0)
+    zero_from = torch.full((batch,), -7, dtype=torch.int32, device="cuda")
+    _check(_lib.qr2_test_zero_tail(A.data_ptr(), A.stride(1), A.stride(2), A.stride(0), m, n, batch,
+                                   zero_from.data_ptr(), _stream()))
+    assert zero_from.tolist() == expected

@@ -1,4 +1,5 @@
-// transpose.cu - copies the input into H's column-major layout before an in-place route starts.
+// transpose.cu - the blocked route's passes over the input before it starts: the copy into H's column-major layout,
+// and the search for each matrix's exactly zero trailing columns.
 //
 // A row-major input (the usual contiguous (*, m, n) tensor) needs a transpose per matrix: 64 x 64 tiles go through
 // shared memory (padded against bank conflicts) so that both the reads along a row and the writes along a column
@@ -71,7 +72,73 @@ __global__ void copy_strided_kernel(const float* src, int64_t rs, int64_t cs, in
     }
 }
 
+// zero_from[b] = 1 + the last column of matrix b holding a non-zero entry (NaN counts; -0 does not): block (b, s)
+// takes rows s rows_per .. + rows_per (all of them where the grid has one block a matrix, which then stores the
+// result; else the blocks take the largest into a zeroed zero_from) and walks 32-column blocks from the right,
+// stopping at the first with a non-zero entry in its rows, so a matrix whose last columns are not zero costs one
+// 32-column read. Each thread has its eight loads of a column block in flight together, along the input's contiguous
+// dimension: columns where rows are contiguous (cs == 1), rows otherwise.
+constexpr int ZERO_THREADS = 256, ZERO_ROWS = 64;
+constexpr int ZERO_SPLIT_M = 4096;
+__global__ void __launch_bounds__(ZERO_THREADS) zero_tail_kernel(const float* a, int64_t rs, int64_t cs, int64_t bs,
+                                                                  int m, int n, int rows_per, int* zero_from) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    __shared__ unsigned found;     // bit c: column jb + c holds a non-zero entry in this block's rows
+    const int64_t b = blockIdx.x;
+    const int r0 = blockIdx.y * rows_per, r1 = min(m, r0 + rows_per), t = threadIdx.x;
+    const bool by_columns = cs == 1;
+    // by_columns: column jb + t % 32, rows r0 + t / 32 + 8 k; else: row r0 + t % 64, columns jb + t / 64 + 4 k
+    const int i0 = by_columns ? t >> 5 : t & 63, c0 = by_columns ? t & 31 : t >> 6;
+    const int di = by_columns ? 8 : 0, dc = by_columns ? 0 : 4;
+    a += b * bs;
+    for (int jb = (n - 1) / 32 * 32; jb >= 0; jb -= 32) {
+        if (t == 0) found = 0u;
+        __syncthreads();
+        unsigned mask = 0u;  // this thread's columns (relative to jb) with a non-zero entry
+        for (int rr = r0; rr < r1; rr += ZERO_ROWS) {
+            uint32_t bits[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int i = rr + i0 + di * k, c = c0 + dc * k;
+                bits[k] = i < r1 && jb + c < n ? __float_as_uint(a[i * rs + (jb + c) * cs]) & 0x7fffffffu : 0u;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                if (bits[k] != 0u) mask |= 1u << (c0 + dc * k);
+        }
+        mask = __reduce_or_sync(0xffffffffu, mask);
+        if ((t & 31) == 0 && mask != 0u) atomicOr(&found, mask);
+        __syncthreads();
+        const unsigned f = found;
+        if (f != 0u) {
+            if (t == 0 && gridDim.y == 1) zero_from[b] = jb + 32 - __clz((int)f);
+            if (t == 0 && gridDim.y > 1) atomicMax(zero_from + b, jb + 32 - __clz((int)f));
+            return;
+        }
+        __syncthreads();  // everyone has read `found` before thread 0 clears it
+    }
+    if (t == 0 && gridDim.y == 1) zero_from[b] = 0;  // a zero matrix
+}
+
 }  // namespace
+
+extern "C" int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
+                                 int* zero_from, void* stream) {
+    if (batch <= 0) return 0;
+    if (batch > INT32_MAX) return qr2_record_error("zero_tail launch", "more than 2^31 - 1 matrices");
+    // One block a matrix up to ZERO_SPLIT_M rows (no memset, one launch); taller ones spread their rows over blocks
+    const int chunks = m <= ZERO_SPLIT_M ? 1 : (m + ZERO_ROWS - 1) / ZERO_ROWS, most = chunks < 65535 ? chunks : 65535;
+    const int rows_per = m <= ZERO_SPLIT_M ? m : (chunks + most - 1) / most * ZERO_ROWS;
+    const int splits = m <= 0 ? 1 : (m + rows_per - 1) / rows_per;
+    if (splits > 1 || m <= 0 || n <= 0)
+        QR2_CHECK_CUDA(cudaMemsetAsync(zero_from, 0, batch * sizeof(int), (cudaStream_t)stream), "zero_tail memset");
+    if (m <= 0 || n <= 0) return 0;
+    Qr2Launch how;
+    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
+    how.grid = dim3((unsigned)batch, (unsigned)splits);
+    how.block = dim3(ZERO_THREADS);
+    return qr2_launch(zero_tail_kernel, how, stream, "zero_tail launch", a, rs, cs, bs, m, n, rows_per, zero_from);
+}
 
 extern "C" int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int64_t ldd,
                                  int64_t dst_bs, int m, int n, int64_t batch, void* stream) {

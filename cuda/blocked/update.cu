@@ -353,6 +353,14 @@ struct WySplitWork {
     int* e_of;
 };
 
+// Matrix b's columns of C from zero_from[b] - col0 on are exactly zero (qr2_update_args), or zero_from is null: the
+// update leaves their strips alone, since Q^T keeps a zero column zero.
+struct WyTail {
+    const int* zero_from;
+    int col0;
+    __device__ bool zero(int64_t b, int j0) const { return zero_from && col0 + j0 >= zero_from[b]; }
+};
+
 // C_strip -= V (T^T (V^T C_strip)) for the NT-column strip of each block (PART says which share of it).
 // Block x: matrix x / (strips splits), strip x / splits % strips, rows (x % splits) split_rows .. + split_rows.
 // V: mr x w (w <= WMAX), T: w x w, element (r, c) at t[r t_rs + c t_cs] (T upper triangular, or T^T to apply Q
@@ -366,7 +374,7 @@ template <int WMAX, int NT, bool VEC, WyPart PART, bool FROM = false>
 __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     wy_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
                      int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
-                     int64_t c_bs, const float* cf, int64_t cf_rs, int64_t cf_bs, WySplitWork sw) {
+                     int64_t c_bs, const float* cf, int64_t cf_rs, int64_t cf_bs, WySplitWork sw, WyTail tail) {
     static_assert(!FROM || PART == WyPart::whole, "a row-major source is read by the one-launch update only");
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     using S = WyUpdateShape<WMAX, NT>;
@@ -387,6 +395,23 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     c += b * c_bs + j0 * ldc + r0;
     if constexpr (FROM) cf += b * cf_bs + j0 + (int64_t)r0 * cf_rs;
     const int ncs = min(NT, nc - j0);
+    if (tail.zero(b, j0)) {  // a strip of zeros: from a row-major source, copied as it is (-0 stays -0)
+        if constexpr (FROM) {
+            // 32 x 32 tiles through shared memory: rows read along the source's rows, columns written along C's
+            float(*tile)[33] = reinterpret_cast<float(*)[33]>(smem4);
+            const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+            for (int i0 = 0; i0 < mr; i0 += 32)
+                for (int jt = 0; jt < ncs; jt += 32) {
+                    for (int i = ty; i < 32; i += UPDATE_THREADS / 32)
+                        if (i0 + i < mr && jt + tx < ncs) tile[i][tx] = cf[(int64_t)(i0 + i) * cf_rs + jt + tx];
+                    __syncthreads();
+                    for (int j = ty; j < 32; j += UPDATE_THREADS / 32)
+                        if (jt + j < ncs && i0 + tx < mr) c[(int64_t)(jt + j) * ldc + i0 + tx] = tile[tx][j];
+                    __syncthreads();
+                }
+        }
+        return;
+    }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3;
 
@@ -689,7 +714,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
 template <int WMAX, int NT>
 __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strips, int splits, int w, const float* t,
                                                                    int64_t t_rs, int64_t t_cs, int64_t t_bs,
-                                                                   bool t_lower, WySplitWork sw) {
+                                                                   bool t_lower, WySplitWork sw, WyTail tail) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     constexpr int PER = WMAX * NT / REDUCE_THREADS;  // entries per thread, tid + REDUCE_THREADS i
     static_assert(REDUCE_THREADS % WMAX == 0, "a warp's entries lie in one column");
@@ -699,6 +724,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
     __shared__ unsigned colmax_bits[NT];
     const int64_t item = blockIdx.x;
     const int tid = threadIdx.x;
+    if (tail.zero(item / strips, (int)(item % strips) * NT)) return;  // its partial_w and apply blocks left it too
     t += (item / strips) * t_bs;
     const float* part = sw.part + item * splits * (WMAX * NT);
     const int* scale = sw.scale + item * splits * NT;
@@ -791,6 +817,7 @@ struct WyArgs {
     int64_t ldc, c_bs;
     const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
     int64_t cf_rs, cf_bs;
+    WyTail tail;
 };
 
 // One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
@@ -813,7 +840,7 @@ int launch_wy_update(const WyArgs& a, int split_rows, const WySplitWork& sw, voi
         if (a.cf)
             kernel = vec ? wy_update_kernel<WMAX, NT, true, PART, true> : wy_update_kernel<WMAX, NT, false, PART, true>;
     return qr2_launch(kernel, how, stream, "wy_update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v, a.ldv,
-                      a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, a.cf, a.cf_rs, a.cf_bs, sw);
+                      a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, a.cf, a.cf_rs, a.cf_bs, sw, a.tail);
 }
 
 
@@ -872,7 +899,7 @@ int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_d
     how.grid = dim3((unsigned)(a.batch * strips));
     how.block = dim3(REDUCE_THREADS);
     if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
-                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw))
+                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw, a.tail))
         return 1;
     const int per_sm = update_blocks_per_sm<WMAX, true, WyPart::apply>(dev);
     return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * strips, a.mr, per_sm, dev), sw, stream);
@@ -1015,7 +1042,7 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
                               a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->apply_q != 0,
-                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs};
+                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0}};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;

@@ -104,6 +104,8 @@ struct Job {
     float* t;  // panels (n <= T_MAX): T, column-major, ld n
     int64_t t_bs;
     const int* done;  // panels: matrices already factored (qr2_panel_job.done), or NULL
+    const int* zero_from;  // panels: matrix b's columns from zero_from[b] on are exactly zero (qr2_panel_job), or NULL
+    int col0;
 };
 
 // Reflector r is zero above row r, so it is kept from its register group r / 32 down: 32 (RL - r / 32)
@@ -467,6 +469,10 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
     constexpr bool G0 = PANEL;        // panels: every reflector starts in register group 0 (K <= T_MAX)
     if (PANEL && a.done && a.done[mat]) return;  // a matrix the CholeskyQR panel already factored
+    if (PANEL && a.zero_from && a.col0 >= a.zero_from[mat]) {  // exactly zero columns: H as it is, tau = 0
+        for (int c = t; c < K; c += blockDim.x) a.tau[mat * a.tau_bs + c] = 0.f;
+        return;
+    }
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
     // cluster: armed (below) for their bytes, 32 (RL - r / 32) floats and tau, which that block's st.async
     // stores deliver
@@ -719,5 +725,6 @@ extern "C" int qr2_panel_registers_run(const qr2_panel_job* p, void* work, const
     a.v = p->v, a.ldv = p->ldv, a.v_bs = p->v_bs, a.v_row0 = p->v_row0;
     a.t = p->t, a.t_bs = p->t_bs;
     a.done = p->done;
+    a.zero_from = p->zero_from, a.col0 = p->col0;
     return launch_rows<1, true>(a, RL, dev->sms, stream);
 }
