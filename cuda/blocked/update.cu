@@ -995,6 +995,8 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
     // (docs/results/2026-12-02-h200-update-waves.txt). Fewer rows: the update kernel (one launch instead of cuBLAS's
     // three GEMMs): 40 x 352 486-508 -> 451 us, 8 x 2048 6.42 -> 6.26 ms, 1 x 3000^2 7.06 -> 6.79
     // (docs/results/2026-12-03-h200-small-updates.txt).
+    // (It ignores zero_from: sound since only register panels, at most 512 rows, skip a zero tail's panels, so no V or
+    // T it reads is a skipped panel's.)
     const bool on_cublas = a->batch * ((a->nc + 31) / 32) < dev->sms && mr > SPLIT_MAX_ROWS;
     // Q = Q_1 Q_2 for the blocks of the first UPDATE_W reflectors and the rest: T's diagonal blocks are their T
     // factors, and the later block's reflectors are zero above its first row. Q^T applies Q_1^T first, Q applies Q_2.
