@@ -173,7 +173,7 @@ typedef struct qr2_update_args {
     const float* c_from;
     int64_t from_rs, from_bs;
     /* Not NULL: C's column j is column col0 + j of the whole matrix, and a strip of C from zero_from[b] on (exactly
-     * zero: qr2_zero_tail_run) is left alone (written as zeros when read from c_from). */
+     * zero: qr2_zero_tail_run) is left alone (copied into C as it is when read from c_from). */
     const int* zero_from;
     int col0;
 } qr2_update_args;
