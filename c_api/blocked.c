@@ -166,7 +166,8 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     if (c->cholqr) s.done = flags, flags += p->batch;
     s.zero_from = flags;
     /* Exactly zero trailing columns (rank-deficient inputs) stay zero: the panels and updates leave them alone
-     * (640 x 512 rankdef 4.91 -> 3.92 ms; dense cases 1-3 % slower: docs/results/2026-12-04-h200-zero-tails.txt) */
+     * (640 x 512 rankdef 4.91 -> 3.92 ms: docs/results/2026-12-04-h200-zero-tails.txt; what the search costs dense
+     * inputs: docs/results/2026-12-04-h200-zero-tail-scan.txt) */
     if (qr2_zero_tail_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.zero_from, p->stream)) return 1;
     const int kmin = p->m < p->n ? p->m : p->n;
     for (int k = 0; k < kmin; k += c->nb) {

@@ -313,11 +313,14 @@ def test_transpose_copies_any_strides_into_column_major(layout, batch, m, n):
 def test_zero_tail_finds_the_last_nonzero_column(layout, batch, m, n):
     """zero_from = 1 + the last column holding a non-zero entry: tails of every length (none, 1, 31, 32, 33 columns,
     all), the last non-zero entry in the first or last row (rows split over blocks past 4096 rows), -0 counted as zero
-    and NaN as non-zero; any strides."""
+    and NaN and subnormals as non-zero (the last column, read alone first, too); any strides."""
     base = torch.randn(batch, m, n, device="cuda")
     tails = [0, 1, 31, 32, 33, n][:batch]
     for b, z in enumerate(tails):
         base[b, :, n - min(z, n):] = -0.0 if b % 2 else 0.0
+    if n > 1 and m > 1:  # the last column zero but for a subnormal in its last row
+        base[0, :, n - 1] = 0.0
+        base[0, m - 1, n - 1] = 1e-45
     if n > 33 and batch > 3:
         base[3, :, :] = 0.0
         base[3, m - 1, 5] = float("nan")  # the last column holding something: 5, in the last row only

@@ -1,10 +1,11 @@
 """Small calls through every configuration and kernel, for compute-sanitizer (tools/sanitize.sh runs it under memcheck,
 racecheck, synccheck and initcheck).
 
---only NAME keeps the calls whose configuration's name contains NAME. --no-cluster skips the calls whose routes
-launch thread-block clusters (`registers_cluster2`, `builder_cluster2`, `builder_cluster3`, and the blocked routes
-with panels taller than 512 rows): racecheck fails on those here ("Internal Sanitizer Error: The
-Sanitizer failed to handle a hardware exception", CUDA 13.0 on the H200), while memcheck and the tests pass."""
+--only NAME keeps the calls whose configuration's name contains NAME; --zero-tails keeps the calls with exactly zero
+trailing columns. --no-cluster skips the calls whose routes launch thread-block clusters (`registers_cluster2`,
+`builder_cluster2`, `builder_cluster3`, and the blocked routes with panels taller than 512 rows): racecheck fails on
+those here ("Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception", CUDA 13.0 on the H200),
+while memcheck and the tests pass."""
 import sys
 
 import torch
@@ -32,6 +33,12 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_cholqr_nb32", 1, 2100, 300),  # 256-row blocks, 16-block clusters
           ("blocked_cholqr_nb32", 4, 100, 100)]  # one block a panel (what racecheck can run, in time)
 
+# exactly zero trailing columns (zero_tail_kernel, the panels and updates that skip them; the first update copies them
+# from a row-major input): route, batch, m, n, how many zero columns
+ZERO_TAILS = [("blocked_nb64", 70, 300, 300, 100), ("blocked_nb32", 67, 290, 200, 33),
+              ("blocked_nb32", 4, 1030, 1030, 200), ("blocked_nb32", 1, 9000, 40, 8),
+              ("blocked_cholqr_nb32", 40, 300, 300, 64), ("blocked_nb32", 3, 200, 200, 200)]
+
 CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 
 
@@ -44,7 +51,10 @@ def launches_clusters(route, batch, m, n):
 
 
 only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
-for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
+calls = [(None, *c, 0) for c in CASES] + [(*f, 0) for f in FORCED] + ZERO_TAILS
+if "--zero-tails" in sys.argv:
+    calls = ZERO_TAILS
+for route, batch, m, n, zeros in calls:
     picked = route or qr2_op.config_for(m, n, batch)
     if "--no-cluster" in sys.argv and launches_clusters(picked, batch, m, n):
         continue
@@ -52,10 +62,11 @@ for route, batch, m, n in [(None, *c) for c in CASES] + FORCED:
         continue
     A = torch.randn(batch, m, n, device="cuda")
     A[..., :, n // 2] *= 1e-30  # a column for the FP64 path
+    A[..., :, n - zeros:] = 0.0
     with forced_route(route):
         H, tau = torch.ops.qr2.geqrf(A)
     torch.cuda.synchronize()
     k = min(m, n)
     Q = torch.linalg.householder_product(H[..., :k], tau)
     err = (Q @ torch.triu(H)[..., :k, :] - A).abs().max().item()
-    print(f"{batch}x{m}x{n} route={route or qr2_op.config_for(m, n)} max|QR-A|={err:.2e}", flush=True)
+    print(f"{batch}x{m}x{n} zeros={zeros} route={route or qr2_op.config_for(m, n)} max|QR-A|={err:.2e}", flush=True)

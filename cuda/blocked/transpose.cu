@@ -74,32 +74,46 @@ __global__ void copy_strided_kernel(const float* src, int64_t rs, int64_t cs, in
 
 // zero_from[b] = 1 + the last column of matrix b holding a non-zero entry (NaN counts; -0 does not): block (b, s)
 // takes rows s rows_per .. + rows_per (all of them where the grid has one block a matrix, which then stores the
-// result; else the blocks take the largest into a zeroed zero_from) and walks 32-column blocks from the right,
-// stopping at the first with a non-zero entry in its rows, so a matrix whose last columns are not zero costs one
-// 32-column read. Each thread has its eight loads of a column block in flight together, along the input's contiguous
-// dimension: columns where rows are contiguous (cs == 1), rows otherwise.
+// result; else the blocks take the largest into a zeroed zero_from). It reads the last column alone first, so a
+// matrix whose last column is not zero (dense inputs) costs one column's read: a 32-column block cost dense blocked
+// cases 1-3 % (docs/results/2026-12-04-h200-zero-tails.txt). Otherwise it walks 32-column blocks from the right,
+// stopping at the first with a non-zero entry in its rows, each thread with its eight loads of a block in flight
+// together, along the input's contiguous dimension: columns where rows are contiguous (cs == 1), rows otherwise.
 constexpr int ZERO_THREADS = 256, ZERO_ROWS = 64;
 constexpr int ZERO_SPLIT_M = 4096;
 __global__ void __launch_bounds__(ZERO_THREADS) zero_tail_kernel(const float* a, int64_t rs, int64_t cs, int64_t bs,
-                                                                  int m, int n, int rows_per, int* zero_from) {
+                                                                  int64_t m, int n, int64_t rows_per, int* zero_from) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ unsigned found;     // bit c: column jb + c holds a non-zero entry in this block's rows
     const int64_t b = blockIdx.x;
-    const int r0 = blockIdx.y * rows_per, r1 = min(m, r0 + rows_per), t = threadIdx.x;
+    const int64_t r0 = blockIdx.y * rows_per, r1 = min(m, r0 + rows_per);  // 64-bit: m may be near 2^31
+    const int t = threadIdx.x;
+    a += b * bs;
+    auto store = [&](int from) {  // by thread 0
+        if (gridDim.y == 1) zero_from[b] = from;
+        else if (from > 0) atomicMax(zero_from + b, from);
+    };
+    uint32_t last = 0u;
+#pragma unroll 4
+    for (int64_t i = r0 + t; i < r1; i += ZERO_THREADS) last |= __float_as_uint(a[i * rs + (n - 1) * cs]);
+    if (__syncthreads_or((last & 0x7fffffffu) != 0u)) {
+        if (t == 0) store(n);
+        return;
+    }
     const bool by_columns = cs == 1;
     // by_columns: column jb + t % 32, rows r0 + t / 32 + 8 k; else: row r0 + t % 64, columns jb + t / 64 + 4 k
     const int i0 = by_columns ? t >> 5 : t & 63, c0 = by_columns ? t & 31 : t >> 6;
     const int di = by_columns ? 8 : 0, dc = by_columns ? 0 : 4;
-    a += b * bs;
     for (int jb = (n - 1) / 32 * 32; jb >= 0; jb -= 32) {
         if (t == 0) found = 0u;
         __syncthreads();
         unsigned mask = 0u;  // this thread's columns (relative to jb) with a non-zero entry
-        for (int rr = r0; rr < r1; rr += ZERO_ROWS) {
+        for (int64_t rr = r0; rr < r1; rr += ZERO_ROWS) {
             uint32_t bits[8];
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
-                const int i = rr + i0 + di * k, c = c0 + dc * k;
+                const int64_t i = rr + i0 + di * k;
+                const int c = c0 + dc * k;
                 bits[k] = i < r1 && jb + c < n ? __float_as_uint(a[i * rs + (jb + c) * cs]) & 0x7fffffffu : 0u;
             }
 #pragma unroll
@@ -111,13 +125,12 @@ __global__ void __launch_bounds__(ZERO_THREADS) zero_tail_kernel(const float* a,
         __syncthreads();
         const unsigned f = found;
         if (f != 0u) {
-            if (t == 0 && gridDim.y == 1) zero_from[b] = jb + 32 - __clz((int)f);
-            if (t == 0 && gridDim.y > 1) atomicMax(zero_from + b, jb + 32 - __clz((int)f));
+            if (t == 0) store(jb + 32 - __clz((int)f));
             return;
         }
         __syncthreads();  // everyone has read `found` before thread 0 clears it
     }
-    if (t == 0 && gridDim.y == 1) zero_from[b] = 0;  // a zero matrix
+    if (t == 0) store(0);  // a zero matrix
 }
 
 }  // namespace
@@ -126,10 +139,12 @@ extern "C" int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t
                                  int* zero_from, void* stream) {
     if (batch <= 0) return 0;
     if (batch > INT32_MAX) return qr2_record_error("zero_tail launch", "more than 2^31 - 1 matrices");
-    // One block a matrix up to ZERO_SPLIT_M rows (no memset, one launch); taller ones spread their rows over blocks
-    const int chunks = m <= ZERO_SPLIT_M ? 1 : (m + ZERO_ROWS - 1) / ZERO_ROWS, most = chunks < 65535 ? chunks : 65535;
-    const int rows_per = m <= ZERO_SPLIT_M ? m : (chunks + most - 1) / most * ZERO_ROWS;
-    const int splits = m <= 0 ? 1 : (m + rows_per - 1) / rows_per;
+    // One block a matrix up to ZERO_SPLIT_M rows (no memset, one launch); taller ones spread their rows over blocks.
+    // 64-bit arithmetic: m + ZERO_ROWS overflows int near 2^31 rows.
+    const int64_t chunks = m <= ZERO_SPLIT_M ? 1 : ((int64_t)m + ZERO_ROWS - 1) / ZERO_ROWS;
+    const int64_t most = chunks < 65535 ? chunks : 65535;
+    const int64_t rows_per = m <= ZERO_SPLIT_M ? m : (chunks + most - 1) / most * ZERO_ROWS;
+    const int64_t splits = m <= 0 ? 1 : ((int64_t)m + rows_per - 1) / rows_per;
     if (splits > 1 || m <= 0 || n <= 0)
         QR2_CHECK_CUDA(cudaMemsetAsync(zero_from, 0, batch * sizeof(int), (cudaStream_t)stream), "zero_tail memset");
     if (m <= 0 || n <= 0) return 0;
@@ -137,7 +152,8 @@ extern "C" int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t
     how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)batch, (unsigned)splits);
     how.block = dim3(ZERO_THREADS);
-    return qr2_launch(zero_tail_kernel, how, stream, "zero_tail launch", a, rs, cs, bs, m, n, rows_per, zero_from);
+    return qr2_launch(zero_tail_kernel, how, stream, "zero_tail launch", a, rs, cs, bs, (int64_t)m, n, rows_per,
+                      zero_from);
 }
 
 extern "C" int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int64_t ldd,

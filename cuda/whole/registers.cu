@@ -469,10 +469,8 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
     const int ml = m - lane;          // this lane's rows lane + 32 i exist for 32 i < ml
     constexpr bool G0 = PANEL;        // panels: every reflector starts in register group 0 (K <= T_MAX)
     if (PANEL && a.done && a.done[mat]) return;  // a matrix the CholeskyQR panel already factored
-    if (PANEL && a.zero_from && a.col0 >= a.zero_from[mat]) {  // exactly zero columns: H as it is, tau = 0
-        for (int c = t; c < K; c += blockDim.x) a.tau[mat * a.tau_bs + c] = 0.f;
-        return;
-    }
+    // exactly zero columns (H as it is, tau = 0): tested once the panel's loads are in flight, which hides this load
+    const bool zero_panel = PANEL && a.zero_from && a.col0 >= a.zero_from[mat];
     // reflectors built here: every lane of the producing warp arrives; built in the other block of a
     // cluster: armed (below) for their bytes, 32 (RL - r / 32) floats and tau, which that block's st.async
     // stores deliver
@@ -494,6 +492,10 @@ __global__ void __launch_bounds__(32 * max_warps(RL, C, CL, PANEL), panel_blocks
             x[c][i] = 32 * i < ml && g + G * c < n ? src[i * 32 * a.src_rs + (int64_t)G * c * a.src_cs] : 0.f;
             amax = fmaxf(amax, fabsf(x[c][i]));
         }
+    if (zero_panel) {
+        for (int c = t; c < K; c += blockDim.x) a.tau[mat * a.tau_bs + c] = 0.f;
+        return;
+    }
 
     // power-of-two scaling from the matrix's max |a| (NaN and Inf inputs: no scaling)
 #pragma unroll
