@@ -34,8 +34,9 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_cholqr_nb32", 4, 100, 100)]  # one block a panel (what racecheck can run, in time)
 
 # exactly zero trailing columns (zero_tail_kernel, the panels and updates that skip them; the first update copies them
-# from a row-major input): route, batch, m, n, how many zero columns
-ZERO_TAILS = [("blocked_nb64", 70, 300, 300, 100), ("blocked_nb32", 67, 290, 200, 33),
+# from a row-major input): route, batch, m, n, how many zero columns. Small batches where racecheck runs them (a batch
+# of 67 register panels took it more than 300 s).
+ZERO_TAILS = [("blocked_nb64", 4, 300, 300, 100), ("blocked_nb32", 3, 290, 200, 33),
               ("blocked_nb32", 4, 1030, 1030, 200), ("blocked_nb32", 1, 9000, 40, 8),
               ("blocked_cholqr_nb32", 40, 300, 300, 64), ("blocked_nb32", 3, 200, 200, 200)]
 
