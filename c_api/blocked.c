@@ -11,6 +11,7 @@
  * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
  * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt). Each matrix's exactly zero
  * trailing columns are found first (qr2_zero_tail_run); the register panels and the updates leave them alone.
+ * Batches of two waves or more run as two halves, one panel apart, the second on a side stream (split_in_halves).
  */
 #include "configs.h"
 
@@ -39,12 +40,39 @@ static int outer_panel_width(const qr2_config* c, const qr2_problem* p) {
 #define T_HALF_FLOATS (QR2_PANEL_MAX_W * QR2_PANEL_MAX_W)
 static int64_t t_floats(const qr2_config* c) { return c->nb > c->leaf_nb ? 6 * T_HALF_FLOATS : T_HALF_FLOATS; }
 
-int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
+static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem* p) {
     /* per matrix: explicit V of one outer panel (m x its width), the T factors, the update's scratch; after the
      * split update's regions, one int a matrix each for the CholeskyQR panels' flags and for zero_from */
     const int w = outer_panel_width(c, p);
     return tall_panel_floats(p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
            qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch;
+}
+
+/* Batches of at least two waves of matrices run as two halves, the second on a side stream one panel behind the
+ * first, so that one half's panels (latency-bound chains) run beside the other half's updates (bandwidth-bound).
+ * Halves of a wave or more keep every update off cuBLAS (whose handle is bound to the caller's stream), and no panel
+ * is taller than a cluster holds (the tall panel's GEMMs are cuBLAS's). */
+static int split_in_halves(const qr2_problem* p, qr2_problem half[2]) {
+    if (p->batch / 2 < p->dev->sms || !qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
+    const int64_t first = p->batch / 2, kmin = p->m < p->n ? p->m : p->n;
+    half[0] = *p, half[1] = *p;
+    half[0].batch = first, half[1].batch = p->batch - first;
+    half[1].a = p->a + first * p->a_bs;
+    half[1].h = p->h + first * (int64_t)p->m * p->n;
+    half[1].tau = p->tau + first * kmin;
+    half[1].blas_handle = 0; /* never called (above); an update that would call cuBLAS fails instead */
+    return 1;
+}
+
+/* The first half's workspace, rounded up to 256 bytes: the second half's starts aligned as the whole one's does. */
+static int64_t first_half_floats(const qr2_config* c, const qr2_problem* half) {
+    return (schedule_workspace_floats(c, half) + 63) / 64 * 64;
+}
+
+int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
+    qr2_problem half[2];
+    if (split_in_halves(p, half)) return first_half_floats(c, &half[0]) + schedule_workspace_floats(c, &half[1]);
+    return schedule_workspace_floats(c, p);
 }
 
 typedef struct schedule {
@@ -61,6 +89,9 @@ typedef struct schedule {
     void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
     int* done;    /* CholeskyQR panels: per matrix, whether the last one factored it (NULL: not this configuration) */
     int* zero_from; /* per matrix, where its exactly zero trailing columns start (qr2_zero_tail_run) */
+    const qr2_problem* behind; /* the second half of a split batch, started after this schedule's first panel */
+    float* behind_work;
+    int* forked; /* set once behind is on the side stream */
 } schedule;
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
@@ -143,9 +174,22 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
     return 0;
 }
 
-int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
-    schedule s = {.config = c, .p = p};
-    if (p->blas_handle(&s.blas)) return qr2_cuda_fail("torch_get_current_cuda_blas_handle", "torch logged the reason");
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, const qr2_problem* behind,
+                        float* behind_work, int* forked);
+
+/* Queues the whole schedule of s->behind on the calling thread's side stream, after what s's stream holds so far. */
+static int start_behind(const schedule* s) {
+    qr2_problem on_side = *s->behind;
+    if (qr2_side_fork(s->p->stream, s->p->dev->index, &on_side.stream)) return 1;
+    *s->forked = 1;
+    return run_schedule(s->config, &on_side, s->behind_work, 0, 0, 0);
+}
+
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, const qr2_problem* behind,
+                        float* behind_work, int* forked) {
+    schedule s = {.config = c, .p = p, .behind = behind, .behind_work = behind_work, .forked = forked};
+    if (p->blas_handle && p->blas_handle(&s.blas))
+        return qr2_cuda_fail("torch_get_current_cuda_blas_handle", "torch logged the reason");
     const int width = outer_panel_width(c, p); /* every panel below is at most this wide */
     /* A row-major input: only the first outer panel's columns are copied into H here; the first update reads the
      * rest from A and writes them into H, one pass over the matrices fewer (640 x 512 x 512: the whole transpose took
@@ -175,7 +219,19 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
         const float* t = 0;
         s.k_outer = k;
         if (factor_panel(&s, k, 0, w, 0, k + w < p->n, &t)) return 1;
+        if (k == 0 && behind && start_behind(&s)) return 1;
         if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t, k == 0 && first_from_a)) return 1;
     }
-    return 0;
+    return behind && !*forked ? start_behind(&s) : 0; /* no panel at all */
+}
+
+int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
+    qr2_problem half[2];
+    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0, 0, 0);
+    /* the second half starts on the side stream once the first half's first panel is queued; the caller's stream
+     * then waits for it, also after a failure (a capture must not end with the side stream still forked) */
+    int forked = 0;
+    const int failed =
+        run_schedule(c, &half[0], work, &half[1], work + first_half_floats(c, &half[0]), &forked);
+    return (forked && qr2_side_join(p->stream, p->dev->index)) || failed;
 }

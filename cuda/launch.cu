@@ -1,4 +1,5 @@
-// launch.cu - single-kernel launches replayed from cached one-node CUDA graphs.
+// launch.cu - single-kernel launches replayed from cached one-node CUDA graphs; the side streams a schedule forks part
+// of its work onto (at the end of the file).
 //
 // Why: on the H200's host a kernel launch costs ~3.3 us of CPU, while updating the arguments of an instantiated
 // one-node graph and launching it costs ~1.7 (0.3 + 1.4; tools/bench/host_path_bench.cu). For a small matrix that is
@@ -245,3 +246,55 @@ extern "C" __attribute__((visibility("default"))) void qr2_launch_counts(long lo
 
 // Measurements only: 0 turns replay off (every launch plain), 1 back on.
 extern "C" __attribute__((visibility("default"))) void qr2_launch_replay(int on) { enabled = on != 0; }
+
+// ---- side streams ----
+// A second stream for each host thread and device, on which a schedule runs part of a batch beside the caller's
+// stream. One per thread: a side stream pulled into a user's graph capture (by waiting on an event recorded in the
+// capturing stream) stays in that capture until it is joined back, and no other thread's work may land on it then.
+// Destroyed when the thread exits (not after the process began exiting, like the graph cache above).
+namespace {
+
+constexpr int SIDE_DEVICES = 64;
+
+struct SideStreams {
+    cudaStream_t stream[SIDE_DEVICES] = {};
+    cudaEvent_t event[SIDE_DEVICES] = {};  // recorded on one stream, waited on by the other, in both directions
+    ~SideStreams() {
+        if (exiting) return;
+        for (int d = 0; d < SIDE_DEVICES; ++d) {
+            if (event[d]) (void)cudaEventDestroy(event[d]);
+            if (stream[d]) (void)cudaStreamDestroy(stream[d]);
+        }
+    }
+};
+
+thread_local SideStreams sides;
+
+}  // namespace
+
+extern "C" int qr2_side_fork(void* stream, int device, void** side) {
+    if (device < 0 || device >= SIDE_DEVICES) return qr2_record_error("side stream", "device index past 63");
+    if (!sides.stream[device]) {
+        RelaxedCapture relaxed;  // creating them is allowed while this or another thread captures a graph
+        cudaStream_t s = nullptr;
+        cudaEvent_t e = nullptr;
+        QR2_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (side stream)");
+        const cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            (void)cudaStreamDestroy(s);
+            return qr2_record_cuda_error(err, "cudaEventCreateWithFlags (side stream)");
+        }
+        sides.stream[device] = s, sides.event[device] = e;
+    }
+    QR2_CHECK_CUDA(cudaEventRecord(sides.event[device], (cudaStream_t)stream), "cudaEventRecord (side stream fork)");
+    QR2_CHECK_CUDA(cudaStreamWaitEvent(sides.stream[device], sides.event[device], 0), "cudaStreamWaitEvent (fork)");
+    *side = sides.stream[device];
+    return 0;
+}
+
+extern "C" int qr2_side_join(void* stream, int device) {
+    if (device < 0 || device >= SIDE_DEVICES || !sides.stream[device]) return 0;  // nothing was forked
+    QR2_CHECK_CUDA(cudaEventRecord(sides.event[device], sides.stream[device]), "cudaEventRecord (side stream join)");
+    QR2_CHECK_CUDA(cudaStreamWaitEvent((cudaStream_t)stream, sides.event[device], 0), "cudaStreamWaitEvent (join)");
+    return 0;
+}

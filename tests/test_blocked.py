@@ -106,6 +106,21 @@ def test_exact_zero_tails(route, layout, shape):
     check(A, (H, tau))
 
 
+# Batches of two waves or more run as two halves, the second on a side stream one panel behind the first: each half
+# gets the bits of factoring it alone, also on a user's stream and inside a CUDA graph.
+def test_batches_of_two_waves_run_as_two_halves(route):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    batch, first = 2 * sms + 1, sms  # halves of sms and sms + 1 matrices
+    A = torch.randn(batch, 200, 200, device="cuda")
+    A[3, :, 150:] = 0.0  # a zero tail in the first half
+    H, tau = whole_matrix.factor(A)
+    for part in (slice(0, first), slice(first, batch)):
+        Hp, taup = whole_matrix.factor(A[part])
+        assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
+    check(A, (H, tau))
+    whole_matrix.side_stream_and_cuda_graph((batch, 200, 200))
+
+
 # The tails are found on the GPU at every call: a CUDA graph captured with one pattern of tails and replayed on
 # another gives the eager bits of the new one. 5000 rows: the search splits rows over blocks (a memset first).
 @pytest.mark.parametrize("shape", [(300, 100), (5000, 40)], ids=lambda s: f"{s[0]}x{s[1]}")

@@ -1009,6 +1009,7 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
             return 1;
         from = nullptr;
     }
+    if (on_cublas && !h) return qr2_record_error("update", "needs cuBLAS, and no handle is bound to this stream");
     if (on_cublas) {
         // torch's handle carries torch's math mode (TF32 when torch allows it); qr2 picks its own.
         if (check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")) return 1;
