@@ -49,17 +49,18 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
 }
 
 /* Batches of at least two waves of matrices run as two halves, the second on a side stream one panel behind the
- * first, so that one half's panels (latency-bound chains) run beside the other half's updates (bandwidth-bound).
- * Halves of a wave or more keep every update off cuBLAS (whose handle is bound to the caller's stream), and no panel
- * is taller than a cluster holds (the tall panel's GEMMs are cuBLAS's). */
+ * first, so that one half's panels (latency-bound chains) run beside the other half's updates (bound by memory):
+ * 640 x 512 -4 to -7 % (docs/results/2026-12-04-h200-batch-halves.txt). Halves of a wave or more keep every update
+ * off cuBLAS (whose handle is bound to the caller's stream). Panels taller than a cluster holds (the tall panel, a
+ * launch a reflector) are not measured this way and stay whole. Sizing passes no pointers (NULL a, h, tau). */
 static int split_in_halves(const qr2_problem* p, qr2_problem half[2]) {
     if (p->batch / 2 < p->dev->sms || !qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
     const int64_t first = p->batch / 2, kmin = p->m < p->n ? p->m : p->n;
     half[0] = *p, half[1] = *p;
     half[0].batch = first, half[1].batch = p->batch - first;
-    half[1].a = p->a + first * p->a_bs;
-    half[1].h = p->h + first * (int64_t)p->m * p->n;
-    half[1].tau = p->tau + first * kmin;
+    if (p->a) half[1].a = p->a + first * p->a_bs;
+    if (p->h) half[1].h = p->h + first * (int64_t)p->m * p->n;
+    if (p->tau) half[1].tau = p->tau + first * kmin;
     half[1].blas_handle = 0; /* never called (above); an update that would call cuBLAS fails instead */
     return 1;
 }
@@ -177,12 +178,14 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
 static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, const qr2_problem* behind,
                         float* behind_work, int* forked);
 
-/* Queues the whole schedule of s->behind on the calling thread's side stream, after what s's stream holds so far. */
+/* Queues the whole schedule of s->behind on the calling thread's side stream, after what s's stream holds so far (on
+ * s's stream itself while the side stream belongs to another graph capture). */
 static int start_behind(const schedule* s) {
-    qr2_problem on_side = *s->behind;
-    if (qr2_side_fork(s->p->stream, s->p->dev->index, &on_side.stream)) return 1;
-    *s->forked = 1;
-    return run_schedule(s->config, &on_side, s->behind_work, 0, 0, 0);
+    qr2_problem rest = *s->behind;
+    void* side = 0;
+    if (qr2_side_fork(s->p->stream, s->p->dev->index, &side)) return 1;
+    if (side) rest.stream = side, *s->forked = 1;
+    return run_schedule(s->config, &rest, s->behind_work, 0, 0, 0);
 }
 
 static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, const qr2_problem* behind,

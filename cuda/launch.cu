@@ -124,14 +124,17 @@ std::atomic<bool> exiting{false};
 
 void mark_exiting() { exiting = true; }
 
+// Once per process, from the first object whose destructor reads `exiting`: registered after the CUDA runtime's own
+// exit handlers, so it runs before them.
+void watch_exit() {
+    static const bool registered = atexit(mark_exiting) == 0 && pthread_atfork(nullptr, nullptr, mark_exiting) == 0;
+    (void)registered;
+}
+
 struct Cache {
     Slot slots[SLOTS] = {};
     unsigned long long ticks = 0;
-    Cache() {
-        // Registered after the CUDA runtime's own exit handlers, so it runs before them.
-        static const bool registered = atexit(mark_exiting) == 0 && pthread_atfork(nullptr, nullptr, mark_exiting) == 0;
-        (void)registered;
-    }
+    Cache() { watch_exit(); }
     ~Cache() {  // the thread exits
         if (exiting) return;
         for (Slot& s : slots) drop_graph(s);
@@ -250,15 +253,19 @@ extern "C" __attribute__((visibility("default"))) void qr2_launch_replay(int on)
 // ---- side streams ----
 // A second stream for each host thread and device, on which a schedule runs part of a batch beside the caller's
 // stream. One per thread: a side stream pulled into a user's graph capture (by waiting on an event recorded in the
-// capturing stream) stays in that capture until it is joined back, and no other thread's work may land on it then.
-// Destroyed when the thread exits (not after the process began exiting, like the graph cache above).
+// capturing stream) stays in that capture until the capture ends, and no other thread's work may land on it then.
+// While it is in a capture other than the caller's, qr2_side_fork hands out none (the caller runs both halves
+// itself). Calls of one thread on different streams share its side stream, so their second halves queue behind one
+// another. Destroyed when the thread exits (not after the process began exiting, like the graph cache above).
 namespace {
 
 constexpr int SIDE_DEVICES = 64;
+std::atomic<long long> side_forks{0};
 
 struct SideStreams {
     cudaStream_t stream[SIDE_DEVICES] = {};
     cudaEvent_t event[SIDE_DEVICES] = {};  // recorded on one stream, waited on by the other, in both directions
+    SideStreams() { watch_exit(); }
     ~SideStreams() {
         if (exiting) return;
         for (int d = 0; d < SIDE_DEVICES; ++d) {
@@ -286,11 +293,24 @@ extern "C" int qr2_side_fork(void* stream, int device, void** side) {
         }
         sides.stream[device] = s, sides.event[device] = e;
     }
+    *side = nullptr;
+    cudaStreamCaptureStatus side_status = cudaStreamCaptureStatusNone, own_status = cudaStreamCaptureStatusNone;
+    unsigned long long side_id = 0, own_id = 0;
+    QR2_CHECK_CUDA(cudaStreamGetCaptureInfo(sides.stream[device], &side_status, &side_id), "side stream capture info");
+    if (side_status != cudaStreamCaptureStatusNone) {  // still in a capture: usable only from within the same one
+        const cudaError_t asked = cudaStreamGetCaptureInfo((cudaStream_t)stream, &own_status, &own_id);
+        if (asked != cudaSuccess) (void)cudaGetLastError();
+        if (asked != cudaSuccess || own_status != cudaStreamCaptureStatusActive || own_id != side_id) return 0;
+    }
     QR2_CHECK_CUDA(cudaEventRecord(sides.event[device], (cudaStream_t)stream), "cudaEventRecord (side stream fork)");
     QR2_CHECK_CUDA(cudaStreamWaitEvent(sides.stream[device], sides.event[device], 0), "cudaStreamWaitEvent (fork)");
     *side = sides.stream[device];
+    side_forks.fetch_add(1, std::memory_order_relaxed);
     return 0;
 }
+
+// Tests only: how many times a side stream was forked since the library was loaded.
+extern "C" __attribute__((visibility("default"))) long long qr2_side_fork_count(void) { return side_forks.load(); }
 
 extern "C" int qr2_side_join(void* stream, int device) {
     if (device < 0 || device >= SIDE_DEVICES || !sides.stream[device]) return 0;  // nothing was forked

@@ -206,8 +206,9 @@ int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, floa
                       int m, int n, int64_t batch, void* stream);
 
 /* The calling thread's side stream for `device` (created on first use), made to wait for the work queued on `stream`
- * so far; qr2_side_join makes `stream` wait for the work queued on the side stream so far. Stream-ordered (no host
- * wait) and capturable: inside a capture the side stream joins it until qr2_side_join. */
+ * so far; *side is NULL (and 0 returned) while that stream is held by a graph capture other than `stream`'s.
+ * qr2_side_join makes `stream` wait for the work queued on the side stream so far. Stream-ordered (no host wait) and
+ * capturable: inside a capture the side stream joins it. */
 int qr2_side_fork(void* stream, int device, void** side);
 int qr2_side_join(void* stream, int device);
 

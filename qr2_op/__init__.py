@@ -43,6 +43,8 @@ _lib.qr2_launch_counts.restype = None
 _lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 3
 _lib.qr2_launch_replay.restype = None
 _lib.qr2_launch_replay.argtypes = [ctypes.c_int]
+_lib.qr2_side_fork_count.restype = ctypes.c_longlong
+_lib.qr2_side_fork_count.argtypes = []
 
 _LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
@@ -248,6 +250,12 @@ def _launch_counts():
     replayed, instantiated, driver = ctypes.c_longlong(), ctypes.c_longlong(), ctypes.c_longlong()
     _lib.qr2_launch_counts(ctypes.byref(replayed), ctypes.byref(instantiated), ctypes.byref(driver))
     return replayed.value, instantiated.value, driver.value
+
+
+def _side_fork_count():
+    """Tests only: how many times a call forked part of its work onto a side stream since the library was loaded (the
+    blocked route's two halves, c_api/blocked.c)."""
+    return _lib.qr2_side_fork_count()
 
 
 def _set_launch_replay(on):

@@ -107,18 +107,63 @@ def test_exact_zero_tails(route, layout, shape):
 
 
 # Batches of two waves or more run as two halves, the second on a side stream one panel behind the first: each half
-# gets the bits of factoring it alone, also on a user's stream and inside a CUDA graph.
-def test_batches_of_two_waves_run_as_two_halves(route):
+# gets the bits of factoring it alone (which forks nothing), also on a user's stream and inside a CUDA graph; register
+# panels (200 rows) and, past 512 rows, CholeskyQR and cluster panels; row-major, column-major and expanded inputs.
+def _two_waves():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    batch, first = 2 * sms + 1, sms  # halves of sms and sms + 1 matrices
-    A = torch.randn(batch, 200, 200, device="cuda")
-    A[3, :, 150:] = 0.0  # a zero tail in the first half
+    return 2 * sms + 1, sms  # halves of sms and sms + 1 matrices
+
+
+@pytest.mark.parametrize("layout", ["row_major", "column_major", "expanded"])
+@pytest.mark.parametrize("shape", [(200, 200), (600, 96)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
+    batch, first = _two_waves()
+    if layout == "expanded":
+        A = torch.randn(1, *shape, device="cuda").expand(batch, *shape)
+    else:
+        A = torch.randn(batch, *shape, device="cuda")
+        A[3, :, shape[1] // 2:] = 0.0  # zero tails in both halves
+        A[first + 2, :, shape[1] - 33:] = 0.0
+        if layout == "column_major":
+            A = A.mT.contiguous().mT
+    forks = qr2_op._side_fork_count()
     H, tau = whole_matrix.factor(A)
+    assert qr2_op._side_fork_count() == forks + 1
     for part in (slice(0, first), slice(first, batch)):
         Hp, taup = whole_matrix.factor(A[part])
         assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
+    assert qr2_op._side_fork_count() == forks + 1
     check(A, (H, tau))
-    whole_matrix.side_stream_and_cuda_graph((batch, 200, 200))
+
+
+def test_two_halves_on_a_user_stream_and_in_a_cuda_graph(route):
+    whole_matrix.side_stream_and_cuda_graph((_two_waves()[0], 200, 200))
+
+
+def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
+    """A split call captured in a graph leaves this thread's side stream in that capture until it ends; a split call on
+    another stream meanwhile runs both halves on its own stream, with the same bits."""
+    batch, _ = _two_waves()
+    A, B = torch.randn(2, batch, 200, 200, device="cuda")
+    expected = whole_matrix.factor(B)
+    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(capturing):
+        graph.capture_begin(capture_error_mode="relaxed")
+        try:
+            captured = whole_matrix.factor(A)
+            forks = qr2_op._side_fork_count()
+            with torch.cuda.stream(other):
+                eager = whole_matrix.factor(B)
+            assert qr2_op._side_fork_count() == forks
+        finally:
+            graph.capture_end()
+    torch.cuda.synchronize()
+    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = whole_matrix.factor(A)
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
 
 
 # The tails are found on the GPU at every call: a CUDA graph captured with one pattern of tails and replayed on
