@@ -76,6 +76,14 @@ int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) 
     return schedule_workspace_floats(c, p);
 }
 
+/* The second half of a split batch and where it went. */
+typedef struct behind_half {
+    const qr2_problem* p;
+    float* work;
+    int started; /* queued, on the side stream or (while that belongs to another capture) on the first's stream */
+    int on_side; /* on the side stream: the first half's stream must join it */
+} behind_half;
+
 typedef struct schedule {
     const qr2_config* config;
     const qr2_problem* p;
@@ -90,9 +98,7 @@ typedef struct schedule {
     void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
     int* done;    /* CholeskyQR panels: per matrix, whether the last one factored it (NULL: not this configuration) */
     int* zero_from; /* per matrix, where its exactly zero trailing columns start (qr2_zero_tail_run) */
-    const qr2_problem* behind; /* the second half of a split batch, started after this schedule's first panel */
-    float* behind_work;
-    int* forked; /* set once behind is on the side stream */
+    behind_half* behind; /* the second half of a split batch, started after this schedule's first panel */
 } schedule;
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
@@ -175,22 +181,22 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
     return 0;
 }
 
-static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, const qr2_problem* behind,
-                        float* behind_work, int* forked);
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind);
 
-/* Queues the whole schedule of s->behind on the calling thread's side stream, after what s's stream holds so far (on
- * s's stream itself while the side stream belongs to another graph capture). */
+/* Queues the whole schedule of s->behind, once, on the calling thread's side stream after what s's stream holds so
+ * far (on s's stream itself while the side stream belongs to another graph capture). */
 static int start_behind(const schedule* s) {
-    qr2_problem rest = *s->behind;
+    behind_half* b = s->behind;
+    qr2_problem rest = *b->p;
     void* side = 0;
+    b->started = 1;
     if (qr2_side_fork(s->p->stream, s->p->dev->index, &side)) return 1;
-    if (side) rest.stream = side, *s->forked = 1;
-    return run_schedule(s->config, &rest, s->behind_work, 0, 0, 0);
+    if (side) rest.stream = side, b->on_side = 1;
+    return run_schedule(s->config, &rest, b->work, 0);
 }
 
-static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, const qr2_problem* behind,
-                        float* behind_work, int* forked) {
-    schedule s = {.config = c, .p = p, .behind = behind, .behind_work = behind_work, .forked = forked};
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind) {
+    schedule s = {.config = c, .p = p, .behind = behind};
     if (p->blas_handle && p->blas_handle(&s.blas))
         return qr2_cuda_fail("torch_get_current_cuda_blas_handle", "torch logged the reason");
     const int width = outer_panel_width(c, p); /* every panel below is at most this wide */
@@ -225,16 +231,15 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         if (k == 0 && behind && start_behind(&s)) return 1;
         if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t, k == 0 && first_from_a)) return 1;
     }
-    return behind && !*forked ? start_behind(&s) : 0; /* no panel at all */
+    return behind && !behind->started ? start_behind(&s) : 0; /* no panel at all */
 }
 
 int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     qr2_problem half[2];
-    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0, 0, 0);
+    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0);
     /* the second half starts on the side stream once the first half's first panel is queued; the caller's stream
      * then waits for it, also after a failure (a capture must not end with the side stream still forked) */
-    int forked = 0;
-    const int failed =
-        run_schedule(c, &half[0], work, &half[1], work + first_half_floats(c, &half[0]), &forked);
-    return (forked && qr2_side_join(p->stream, p->dev->index)) || failed;
+    behind_half second = {.p = &half[1], .work = work + first_half_floats(c, &half[0])};
+    const int failed = run_schedule(c, &half[0], work, &second);
+    return (second.on_side && qr2_side_join(p->stream, p->dev->index)) || failed;
 }

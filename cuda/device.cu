@@ -16,6 +16,7 @@ int qr2_record_error(const char* what, const char* detail) {
 extern "C" int qr2_cuda_fail(const char* what, const char* detail) { return qr2_record_error(what, detail); }
 
 int qr2_record_cuda_error(cudaError_t err, const char* what) {
+    (void)cudaGetLastError();  // reported here: it must not surface again in torch's next launch check
     char detail[384];
     snprintf(detail, sizeof detail, "%s: %s", cudaGetErrorName(err), cudaGetErrorString(err));
     return qr2_record_error(what, detail);

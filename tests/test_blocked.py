@@ -142,20 +142,24 @@ def test_two_halves_on_a_user_stream_and_in_a_cuda_graph(route):
 
 def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
     """A split call captured in a graph leaves this thread's side stream in that capture until it ends; a split call on
-    another stream meanwhile runs both halves on its own stream, with the same bits."""
+    another stream meanwhile runs both halves on its own stream, each once, with the same bits. B's two batch
+    dimensions take no single stride, so B is copied into H first and factored there in place: a half run twice
+    would come out wrong."""
     batch, _ = _two_waves()
-    A, B = torch.randn(2, batch, 200, 200, device="cuda")
+    A = torch.randn(batch, 200, 200, device="cuda")
+    B = torch.randn(batch // 2 + 1, 2, 200, 200, device="cuda").transpose(0, 1)
     expected = whole_matrix.factor(B)
     graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
     torch.cuda.synchronize()
     with torch.cuda.stream(capturing):
         graph.capture_begin(capture_error_mode="relaxed")
         try:
-            captured = whole_matrix.factor(A)
             forks = qr2_op._side_fork_count()
+            captured = whole_matrix.factor(A)
+            assert qr2_op._side_fork_count() == forks + 1
             with torch.cuda.stream(other):
                 eager = whole_matrix.factor(B)
-            assert qr2_op._side_fork_count() == forks
+            assert qr2_op._side_fork_count() == forks + 1
         finally:
             graph.capture_end()
     torch.cuda.synchronize()
