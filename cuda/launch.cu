@@ -296,8 +296,13 @@ extern "C" int qr2_side_fork(void* stream, int device, void** side) {
     *side = nullptr;
     cudaStreamCaptureStatus side_status = cudaStreamCaptureStatusNone, own_status = cudaStreamCaptureStatusNone;
     unsigned long long side_id = 0, own_id = 0;
-    QR2_CHECK_CUDA(cudaStreamGetCaptureInfo(sides.stream[device], &side_status, &side_id), "side stream capture info");
-    if (side_status != cudaStreamCaptureStatusNone) {  // still in a capture: usable only from within the same one
+    // Still in a capture: usable only from within the same one. A query CUDA refuses: no side stream either (the call
+    // then runs both halves on its own stream).
+    if (cudaStreamGetCaptureInfo(sides.stream[device], &side_status, &side_id) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (side_status != cudaStreamCaptureStatusNone) {
         const cudaError_t asked = cudaStreamGetCaptureInfo((cudaStream_t)stream, &own_status, &own_id);
         if (asked != cudaSuccess) (void)cudaGetLastError();
         if (asked != cudaSuccess || own_status != cudaStreamCaptureStatusActive || own_id != side_id) return 0;
