@@ -155,8 +155,12 @@ def test_torch_max_repeats(capsys, tmp_path):
     code, out = run_main(capsys, "--cpu", "--max-repeats", "4", "--torch-max-repeats", "3", "--compare",
                          "--case", "2,8,1,dense,1", "--json-out", str(path))
     assert code == 0, out
-    results = json.loads(path.read_text())["cases"][0]["results"]
-    assert results["qr2"]["runs"] == 4 and results["torch"]["runs"] == 3
+    report = json.loads(path.read_text())
+    assert report["settings"]["max_repeats"] == {"qr2": 4, "torch": 3}
+    # QR2's stop rule may end a run after its third repeat (min. 3) once the timings are precise enough, so qr2's
+    # count depends on the machine's load; torch's cap of 3 is reached either way
+    results = report["cases"][0]["results"]
+    assert 3 <= results["qr2"]["runs"] <= 4 and results["torch"]["runs"] == 3
 
 
 def test_broken_impl_fails_in_process(capsys, tmp_path):

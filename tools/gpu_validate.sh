@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 { time python3 -m pip install -e . --no-build-isolation; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 grep real "$OUT/build.log"
 if [ "${PART:-1}" = 1 ]; then
-timeout 240 python3 -m pytest tests -q --timeout 200 -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -2
+OUT="$OUT" bash tools/gpu_suite.sh 2>&1 | tee "$OUT/pytest.log" | tail -8
 timeout 300 python3 benchmark.py --mode leaderboard --compare --max-repeats "${LB_REPEATS:-5}" --torch-max-repeats 2 \
   --json-out "$OUT/leaderboard.json" 2>&1 | tee "$OUT/leaderboard.log" | tail -24
 timeout 120 python3 benchmark.py --mode test 2>&1 | tee "$OUT/test_mode.log" | tail -3
