@@ -1,8 +1,8 @@
 /*
  * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
  * a panel kind, the compact-WY update, the merge of two T factors, the zero-tail search and the input transpose on
- * tensors the test allocates, on the current device
- * and the given stream. Each returns 0, or non-zero with qr2_cuda_last_error() saying why.
+ * tensors the test allocates, on the current device and the given stream. Each returns 0, or non-zero with
+ * qr2_cuda_last_error() saying why.
  */
 #include <string.h>
 
