@@ -11,7 +11,7 @@
  * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
  * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt). Each matrix's exactly zero
  * trailing columns are found first (qr2_zero_tail_run); the register panels and the updates leave them alone.
- * Batches of two waves or more run as two halves, one panel apart, the second on a side stream (split_in_halves).
+ * Large batches run as two halves, one panel apart, the second on a side stream (qr2_blocked_halves).
  */
 #include "configs.h"
 
@@ -48,13 +48,23 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
            qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch;
 }
 
-/* Batches of at least two waves of matrices run as two halves, the second on a side stream one panel behind the
- * first, so that one half's panels (latency-bound chains) run beside the other half's updates (bound by memory):
- * 640 x 512 -4 to -7 % (docs/results/2026-12-04-h200-batch-halves.txt). Halves of a wave or more keep every update
- * off cuBLAS (whose handle is bound to the caller's stream). Panels taller than a cluster holds (the tall panel, a
- * launch a reflector) are not measured this way and stay whole. Sizing passes no pointers (NULL a, h, tau). */
+/* A large batch runs as two halves, the second on a side stream one panel behind the first, so that one half's panels
+ * (latency-bound chains) run beside the other half's updates (bound by memory). Each half needs enough of the first
+ * update's 64-column strips to fill the GPU beside the other's panels: 4 waves of SMs where the register panel holds
+ * the rows, 2 beyond (H200, docs/results/2026-12-04-h200-batch-halves-rule.txt: 160 x 512 -18 %, 640 x 512 -5 %,
+ * 60 x 1024 -1 to -6 %, 16 x 2048 -8 %; lost below: 120 x 352 (2.7 waves) +6 %, 30 x 1024 (1.8) +5 %). Three or four
+ * parts lost to two on every shape measured. Panels taller than a cluster holds (the tall panel, a launch a
+ * reflector) are not measured this way and stay whole, and so do halves whose updates might call cuBLAS (its handle is
+ * bound to the caller's stream). */
+int qr2_blocked_halves(int64_t m, int64_t n, int64_t batch, const qr2_device* dev) {
+    const int64_t half = batch / 2, strips = half * ((n + 63) / 64);
+    if (!qr2_panel_cluster_holds(m, 1, dev) || qr2_update_may_use_blas(m, half, dev)) return 0;
+    return strips >= (qr2_panel_registers_holds(m, 1, dev) ? 4 : 2) * (int64_t)dev->sms;
+}
+
+/* Sizing passes no pointers (NULL a, h, tau). */
 static int split_in_halves(const qr2_problem* p, qr2_problem half[2]) {
-    if (p->batch / 2 < p->dev->sms || !qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
+    if (!qr2_blocked_halves(p->m, p->n, p->batch, p->dev)) return 0;
     const int64_t first = p->batch / 2, kmin = p->m < p->n ? p->m : p->n;
     half[0] = *p, half[1] = *p;
     half[0].batch = first, half[1].batch = p->batch - first;

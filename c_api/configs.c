@@ -123,6 +123,11 @@ int qr2_config_can_run(const char* name, int64_t m, int64_t n, int sms, int smem
     return c ? qr2_config_holds(c, m, n, &d) : -1;
 }
 
+int qr2_config_blocked_halves(int64_t m, int64_t n, int64_t batch, int sms, int smem_optin, int clusters) {
+    const qr2_device d = described(sms, smem_optin, clusters);
+    return qr2_blocked_halves(m, n, batch, &d);
+}
+
 int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms) {
     const qr2_config* c = by_name(name);
     const qr2_device d = described(sms, 0, 1);

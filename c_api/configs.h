@@ -69,6 +69,8 @@ const qr2_config* qr2_config_forced(void);
 int qr2_blocked_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_device* dev);
 int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p);
 int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work);
+/* Whether the blocked schedule runs a batch of m x n matrices as two halves on two streams. */
+int qr2_blocked_halves(int64_t m, int64_t n, int64_t batch, const qr2_device* dev);
 
 /* Introspection for Python (tests, README, tools). A device is described by its SMs, opt-in shared memory per block
  * and cluster support, so that tests can ask what the policy picks on GPUs they do not have. */
@@ -80,6 +82,8 @@ QR2_EXPORT const char* qr2_config_description(int index);
 QR2_EXPORT int qr2_config_index_for(int64_t m, int64_t n, int64_t batch, int sms, int smem_optin, int clusters);
 /* Whether configuration `name` can run m x n at all, the policy aside (-1: no such configuration). */
 QR2_EXPORT int qr2_config_can_run(const char* name, int64_t m, int64_t n, int sms, int smem_optin, int clusters);
+/* Whether the blocked schedule runs a batch of m x n as two halves on two streams. */
+QR2_EXPORT int qr2_config_blocked_halves(int64_t m, int64_t n, int64_t batch, int sms, int smem_optin, int clusters);
 /* Tests only: bytes of device workspace configuration `name` asks for a batch of m x n (-1: no such configuration). */
 QR2_EXPORT int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms);
 /* Tests and tools only: run `name` for every shape it can run, whatever the policy prefers (NULL: back to the

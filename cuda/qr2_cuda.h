@@ -187,6 +187,8 @@ int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, in
                        const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, void* stream);
 int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev);
 int qr2_update_run(const qr2_update_args* args, void* blas_handle, const qr2_device* dev, void* stream);
+/* Whether some update of a batch of m-row matrices may need blas_handle (it never does from SMs matrices on). */
+int qr2_update_may_use_blas(int64_t m, int64_t batch, const qr2_device* dev);
 
 /* ---- applying stored reflectors (orgqr, ormqr) ---- */
 

@@ -34,6 +34,7 @@ for _name, _res, _args in [
     ("qr2_config_index_for", _int, [_i64, _i64, _i64, _int, _int, _int]),
     ("qr2_config_can_run", _int, [_str, _i64, _i64, _int, _int, _int]),
     ("qr2_config_workspace_bytes", _i64, [_str, _i64, _i64, _i64, _int]),
+    ("qr2_config_blocked_halves", _int, [_i64, _i64, _i64, _int, _int, _int]),
     ("qr2_config_force", _int, [_str]),
 ]:
     getattr(_lib, _name).restype, getattr(_lib, _name).argtypes = _res, _args
@@ -228,6 +229,12 @@ def _can_run(name: str, m: int, n: int, device: Device = H200) -> bool:
     return bool(r)
 
 
+def _blocked_halves(m: int, n: int, batch: int, device: Device = H200) -> bool:
+    """Tests and tools only: whether the blocked route runs a batch of m x n on `device` as two halves on two
+    streams (c_api/blocked.c)."""
+    return bool(_lib.qr2_config_blocked_halves(m, n, batch, device.sms, device.smem_optin, int(device.clusters)))
+
+
 def _workspace_bytes(name: str, m: int, n: int, batch: int, device: Device = H200) -> int:
     """Tests only: bytes of device workspace configuration `name` asks for a batch of m x n."""
     r = _lib.qr2_config_workspace_bytes(name.encode(), m, n, batch, device.sms)
@@ -254,7 +261,7 @@ def _launch_counts():
 
 def _side_fork_count():
     """Tests only: how many times a call forked part of its work onto a side stream since the library was loaded (the
-    blocked route's two halves, c_api/blocked.c)."""
+    blocked route's two halves, c_api/blocked.c; see _blocked_halves)."""
     return _lib.qr2_side_fork_count()
 
 

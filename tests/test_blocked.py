@@ -111,7 +111,7 @@ def test_exact_zero_tails(route, layout, shape):
 # panels (200 rows) and, past 512 rows, CholeskyQR and cluster panels; row-major, column-major and expanded inputs.
 def _two_waves():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return 2 * sms + 1, sms  # halves of sms and sms + 1 matrices
+    return 2 * sms + 1, sms  # halves of sms and sms + 1 matrices: both shapes below split (qr2_op._blocked_halves)
 
 
 @pytest.mark.parametrize("layout", ["row_major", "column_major", "expanded"])
@@ -126,6 +126,7 @@ def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
         A[first + 2, :, shape[1] - 33:] = 0.0
         if layout == "column_major":
             A = A.mT.contiguous().mT
+    assert qr2_op._blocked_halves(*shape, batch, qr2_op.device_of())
     forks = qr2_op._side_fork_count()
     H, tau = whole_matrix.factor(A)
     assert qr2_op._side_fork_count() == forks + 1
@@ -133,6 +134,17 @@ def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
         Hp, taup = whole_matrix.factor(A[part])
         assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
     assert qr2_op._side_fork_count() == forks + 1
+    check(A, (H, tau))
+
+
+def test_batches_below_the_halves_rule_run_whole(route):
+    """Halves of too few strips lost (c_api/blocked.c): such a batch forks nothing."""
+    batch = torch.cuda.get_device_properties(0).multi_processor_count
+    assert not qr2_op._blocked_halves(352, 352, batch, qr2_op.device_of())
+    A = torch.randn(batch, 352, 352, device="cuda")
+    forks = qr2_op._side_fork_count()
+    H, tau = whole_matrix.factor(A)
+    assert qr2_op._side_fork_count() == forks
     check(A, (H, tau))
 
 

@@ -161,6 +161,27 @@ def test_blocked_workspace_holds_only_the_reflectors_that_exist(batch, m, n):
     assert qr2_op._workspace_bytes("blocked_nb32", m, n, batch) <= 2.1 * h_bytes
 
 
+# (batch, m, n) and whether the blocked route runs the batch as two halves on two streams on an H200 (c_api/blocked.c):
+# each half needs 4 waves of the first update's 64-column strips where the register panel holds the rows, 2 beyond.
+HALVES = [((640, 512, 512), True), ((160, 512, 512), True), ((264, 300, 300), True), ((60, 1024, 1024), True),
+          ((60, 768, 768), True), ((120, 352, 352), False), ((80, 512, 512), False), ((40, 352, 352), False),
+          ((30, 1024, 1024), False), ((8, 2048, 2048), False), ((2, 4096, 4096), False),
+          # halves of fewer matrices than SMs whose updates over 4096 rows may call cuBLAS; the tall panel
+          ((200, 6000, 600), False), ((300, 10000, 64), False)]
+
+
+@pytest.mark.parametrize("shape, halves", HALVES, ids=str)
+def test_large_batches_run_as_two_halves(shape, halves):
+    batch, m, n = shape
+    assert qr2_op._blocked_halves(m, n, batch) == halves
+
+
+def test_two_halves_scale_with_the_sms():
+    """The same batch that splits on an H200 stays whole on a device with twice its SMs."""
+    assert qr2_op._blocked_halves(1024, 1024, 60)
+    assert not qr2_op._blocked_halves(1024, 1024, 60, Device(264, 232448, True))
+
+
 @requires_cuda
 def test_the_device_description_matches_torch():
     d = qr2_op.device_of()

@@ -40,10 +40,11 @@ ZERO_TAILS = [("blocked_nb64", 4, 300, 300, 100), ("blocked_nb32", 3, 290, 200, 
               ("blocked_nb32", 4, 1030, 1030, 200), ("blocked_nb32", 1, 9000, 40, 8),
               ("blocked_cholqr_nb32", 40, 300, 300, 64), ("blocked_nb32", 3, 200, 200, 200)]
 
-# a batch of two waves: two halves, the second on the side stream (c_api/blocked.c). Skipped with --no-cluster too:
-# racecheck would not finish it.
+# a batch that runs as two halves, the second on the side stream (c_api/blocked.c: each half holds 4 waves of 64-column
+# strips). Skipped with --no-cluster too: racecheck would not finish it.
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
-HALVES = [("blocked_nb32", 2 * SMS + 1, 160, 160, 40)]
+HALVES = [("blocked_nb32", 2 * SMS + 1, 160, 256, 40)]
+assert all(qr2_op._blocked_halves(m, n, batch, qr2_op.device_of()) for _, batch, m, n, _ in HALVES)
 
 CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 

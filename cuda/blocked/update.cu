@@ -979,6 +979,10 @@ extern "C" int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t 
     return split_floats(m, n, w, batch, dev);
 }
 
+extern "C" int qr2_update_may_use_blas(int64_t m, int64_t batch, const qr2_device* dev) {
+    return batch < dev->sms && m > SPLIT_MAX_ROWS;  // the rule of qr2_update_run's on_cublas, for any strip count
+}
+
 extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const qr2_device* dev, void* stream) {
     if (a->batch <= 0 || a->w <= 0 || a->nc <= 0 || a->mr <= 0) return 0;
     if (a->w > QR2_UPDATE_MAX_W) return qr2_record_error("update", "block wider than QR2_UPDATE_MAX_W");
