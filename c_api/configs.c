@@ -128,9 +128,10 @@ int qr2_config_blocked_halves(int64_t m, int64_t n, int64_t batch, int sms, int 
     return qr2_blocked_halves(m, n, batch, &d);
 }
 
-int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms) {
+int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms, int smem_optin,
+                                   int clusters) {
     const qr2_config* c = by_name(name);
-    const qr2_device d = described(sms, 0, 1);
+    const qr2_device d = described(sms, smem_optin, clusters);
     const qr2_problem p = {.batch = batch, .m = (int)m, .n = (int)n, .dev = &d};
     return c ? 4 * c->family->workspace_floats(c, &p) : -1;
 }

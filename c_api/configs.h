@@ -85,7 +85,8 @@ QR2_EXPORT int qr2_config_can_run(const char* name, int64_t m, int64_t n, int sm
 /* Whether the blocked schedule runs a batch of m x n as two halves on two streams. */
 QR2_EXPORT int qr2_config_blocked_halves(int64_t m, int64_t n, int64_t batch, int sms, int smem_optin, int clusters);
 /* Tests only: bytes of device workspace configuration `name` asks for a batch of m x n (-1: no such configuration). */
-QR2_EXPORT int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms);
+QR2_EXPORT int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms,
+                                              int smem_optin, int clusters);
 /* Tests and tools only: run `name` for every shape it can run, whatever the policy prefers (NULL: back to the
  * policy). "empty_kernel" (not a configuration) makes every FP32 CUDA call launch one empty kernel and return H and
  * tau uninitialised: the floor of a call, for the benchmark. */

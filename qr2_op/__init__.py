@@ -33,7 +33,7 @@ for _name, _res, _args in [
     ("qr2_config_description", _str, [_int]),
     ("qr2_config_index_for", _int, [_i64, _i64, _i64, _int, _int, _int]),
     ("qr2_config_can_run", _int, [_str, _i64, _i64, _int, _int, _int]),
-    ("qr2_config_workspace_bytes", _i64, [_str, _i64, _i64, _i64, _int]),
+    ("qr2_config_workspace_bytes", _i64, [_str, _i64, _i64, _i64, _int, _int, _int]),
     ("qr2_config_blocked_halves", _int, [_i64, _i64, _i64, _int, _int, _int]),
     ("qr2_config_force", _int, [_str]),
 ]:
@@ -237,7 +237,7 @@ def _blocked_halves(m: int, n: int, batch: int, device: Device = H200) -> bool:
 
 def _workspace_bytes(name: str, m: int, n: int, batch: int, device: Device = H200) -> int:
     """Tests only: bytes of device workspace configuration `name` asks for a batch of m x n."""
-    r = _lib.qr2_config_workspace_bytes(name.encode(), m, n, batch, device.sms)
+    r = _lib.qr2_config_workspace_bytes(name.encode(), m, n, batch, device.sms, device.smem_optin, int(device.clusters))
     if r < 0:
         raise ValueError(f"qr2: no configuration named {name!r}")
     return r

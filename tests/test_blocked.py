@@ -106,7 +106,7 @@ def test_exact_zero_tails(route, layout, shape):
     check(A, (H, tau))
 
 
-# Batches of two waves or more run as two halves, the second on a side stream one panel behind the first: each half
+# Large batches run as two halves, the second on a side stream one panel behind the first (c_api/blocked.c): each half
 # gets the bits of factoring it alone (which forks nothing), also on a user's stream and inside a CUDA graph; register
 # panels (200 rows) and, past 512 rows, CholeskyQR and cluster panels; row-major, column-major and expanded inputs.
 def _two_waves():
@@ -115,7 +115,7 @@ def _two_waves():
 
 
 @pytest.mark.parametrize("layout", ["row_major", "column_major", "expanded"])
-@pytest.mark.parametrize("shape", [(200, 200), (600, 96)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(200, 200), (600, 160)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
     batch, first = _two_waves()
     if layout == "expanded":
@@ -134,6 +134,24 @@ def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
         Hp, taup = whole_matrix.factor(A[part])
         assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
     assert qr2_op._side_fork_count() == forks + 1
+    check(A, (H, tau))
+
+
+def test_halves_of_fewer_matrices_than_sms(route):
+    """Past 512 rows a half needs only 2 waves of 64-column strips: 1024 x 1024 splits with halves of a few matrices
+    (CholeskyQR and cluster panels, the updates' rows split over blocks, Gram matrices in parts)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    batch = 2 * -(-sms // 8) + 1
+    assert qr2_op._blocked_halves(1024, 1024, batch, qr2_op.device_of()) and batch // 2 < sms
+    A = torch.randn(batch, 1024, 1024, device="cuda")
+    A[1, :, 1000:] = 0.0
+    forks = qr2_op._side_fork_count()
+    H, tau = whole_matrix.factor(A)
+    assert qr2_op._side_fork_count() == forks + 1
+    first = batch // 2
+    for part in (slice(0, first), slice(first, batch)):
+        Hp, taup = whole_matrix.factor(A[part])
+        assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
     check(A, (H, tau))
 
 

@@ -166,14 +166,23 @@ def test_blocked_workspace_holds_only_the_reflectors_that_exist(batch, m, n):
 HALVES = [((640, 512, 512), True), ((160, 512, 512), True), ((264, 300, 300), True), ((60, 1024, 1024), True),
           ((60, 768, 768), True), ((120, 352, 352), False), ((80, 512, 512), False), ((40, 352, 352), False),
           ((30, 1024, 1024), False), ((8, 2048, 2048), False), ((2, 4096, 4096), False),
+          ((16, 2048, 2048), False), ((35, 1024, 1024), True),
           # halves of fewer matrices than SMs whose updates over 4096 rows may call cuBLAS; the tall panel
-          ((200, 6000, 600), False), ((300, 10000, 64), False)]
+          ((200, 6000, 600), False), ((300, 10000, 64), False),
+          # fewer than four panels: wide and thin matrices
+          ((2, 32, 40000), False), ((10, 2, 10**6), False), ((2000, 5000, 100), False)]
 
 
 @pytest.mark.parametrize("shape, halves", HALVES, ids=str)
 def test_large_batches_run_as_two_halves(shape, halves):
     batch, m, n = shape
     assert qr2_op._blocked_halves(m, n, batch) == halves
+
+
+def test_the_halves_rule_never_overflows():
+    """half x strips would pass 2^63 here: the rule divides instead."""
+    assert qr2_op._blocked_halves(1024, 2**31 - 1, 2**62) and qr2_op._blocked_halves(1024, 2**62, 2**40)
+    assert not qr2_op._blocked_halves(1024, 1024, 2**40, Device(0, 232448, True))
 
 
 def test_two_halves_scale_with_the_sms():
