@@ -33,8 +33,8 @@ def main():
                                else torch.ops.qr2.ormqr(H, tau, C, True, True))
         total = sum(t for _, t in per.values())
         print(f"\n== {args.op} {batch}x{m}x{n} route={args.route or qr2_op.config_for(m, n, batch)} "
-              f"kernels={sum(c for c, _ in per.values())} kernel_time={total:.0f} us (summed over streams; batches "
-              f"of two waves or more overlap two)")
+              f"kernels={sum(c for c, _ in per.values())} kernel_time={total:.0f} us (summed over streams; a batch "
+              f"in two halves overlaps two)")
         for name, (count, t) in sorted(per.items(), key=lambda kv: -kv[1][1])[: args.top]:
             print(f"  {t:10.0f} us {100 * t / total:5.1f}%  x{count:<5d} {t / count:8.1f} us/launch  {name}")
 
