@@ -7,6 +7,7 @@
 * clock_mhz: the SM clock now, from a fixed-cycle spin kernel.
 * protocol_us: QR2's timed loop (L2 flush, events around one call per input), with its variants.
 * kernel_times: per-kernel GPU time of one call, from torch.profiler (CUPTI).
+* kernel_intervals, union_ns, covered_ns: one call's kernels on their streams as time intervals, and their overlap.
 * forced_route, parse_shapes: what the timing tools share around the timed calls.
 
 The L2 flush is benchmark.py's (clear_l2_cache), so the tools flush exactly as the scoreboard does. Importing this
@@ -27,8 +28,8 @@ if ROOT not in sys.path:
 
 from benchmark import clear_l2_cache  # noqa: E402  (QR2's flush: 256 MiB written between timed repeats)
 
-__all__ = ["ROOT", "clear_l2_cache", "clock_mhz", "forced_route", "graph_us", "kernel_times", "parse_shapes",
-           "per_call_us", "protocol_us", "wall_us"]
+__all__ = ["ROOT", "clear_l2_cache", "clock_mhz", "covered_ns", "forced_route", "graph_us", "kernel_intervals",
+           "kernel_times", "parse_shapes", "per_call_us", "protocol_us", "union_ns", "wall_us"]
 
 
 def _events():
@@ -150,10 +151,57 @@ def kernel_times(fn):
     per = defaultdict(lambda: [0, 0.0])
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            name = e.name.replace("(anonymous namespace)::", "").removeprefix("void ").split("(")[0][:60]
+            name = _short_name(e.name)
             per[name][0] += 1
             per[name][1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
     return dict(per)
+
+
+def _short_name(name):
+    return name.replace("(anonymous namespace)::", "").removeprefix("void ").split("(")[0][:60]
+
+
+def kernel_intervals(fn):
+    """The GPU activities (kernels, memsets, copies) of one fn() (after one untimed call), from torch.profiler:
+    [(name, stream, start_ns, end_ns)] in start order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    out = [(_short_name(e.name()), e.device_resource_id(), e.start_ns(), e.start_ns() + e.duration_ns())
+           for e in prof.profiler.kineto_results.events() if e.device_type() == torch.autograd.DeviceType.CUDA]
+    return sorted(out, key=lambda x: x[2])
+
+
+def _merged(spans):
+    merged = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def union_ns(spans):
+    """Length of the union of [start, end) spans."""
+    return sum(end - start for start, end in _merged(spans))
+
+
+def covered_ns(spans, by):
+    """How much of the union of `spans` also lies in the union of `by`."""
+    cover, i, total = _merged(by), 0, 0
+    for start, end in _merged(spans):
+        while i < len(cover) and cover[i][1] <= start:
+            i += 1
+        j = i
+        while j < len(cover) and cover[j][0] < end:
+            total += min(end, cover[j][1]) - max(start, cover[j][0])
+            j += 1
+    return total
 
 
 @contextlib.contextmanager
