@@ -52,17 +52,18 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
  * (latency-bound chains) run beside the other half's updates (bound by memory). Each half needs enough update work
  * to fill the GPU beside the other's panels, counted in 64-column strips (ceil(n / 64) a matrix, about what the first
  * update covers): 4 waves of SMs where the register panel holds the rows, 2 beyond (H200,
- * docs/results/2026-12-04-h200-batch-halves-rule.txt: 160 x 512 -18 %, 640 x 512 -5 %, 60 x 1024 -3 to -6 %; halves
+ * docs/results/2026-12-04-h200-batch-halves-rule.txt: 160 x 512 -18 %, 640 x 512 -5 %, 60 x 1024 0 to -6 %; halves
  * below it lost: 120 x 352 (2.7 waves) +6 %, 30 x 1024 (1.8) +5 %; 16 x 2048, which won at 1.9 waves, stays whole).
- * Three or four parts lost to two on every shape measured. Matrices of fewer than HALVES_MIN_COLUMNS reflectors
- * (four panels; wide or thin shapes, not measured) have little panel time to hide. Panels taller than a cluster holds
- * (the tall panel, a launch a reflector) are not measured this way either, and halves whose updates might call
- * cuBLAS (its handle is bound to the caller's stream) would fail: all three stay whole. */
+ * Three or four parts lost to two on every shape measured, and halves of one matrix lost (2 x 4096 +2 %). Matrices
+ * of fewer than HALVES_MIN_COLUMNS reflectors (four panels; wide or thin shapes, not measured) have little panel time
+ * to hide. Panels taller than a cluster holds (the tall panel, a launch a reflector) are not measured this way either,
+ * and halves whose updates might call cuBLAS (its handle is bound to the caller's stream) would fail: all these stay
+ * whole. */
 #define HALVES_MIN_COLUMNS 128
 
 int qr2_blocked_halves(int64_t m, int64_t n, int64_t batch, const qr2_device* dev) {
     const int64_t half = batch / 2, kmin = m < n ? m : n;
-    if (kmin < HALVES_MIN_COLUMNS || dev->sms <= 0 || !qr2_panel_cluster_holds(m, 1, dev) ||
+    if (half < 2 || kmin < HALVES_MIN_COLUMNS || dev->sms <= 0 || !qr2_panel_cluster_holds(m, 1, dev) ||
         qr2_update_may_use_blas(m, half, dev))
         return 0;
     const int64_t strips = (n - 1) / 64 + 1, waves = qr2_panel_registers_holds(m, 1, dev) ? 4 : 2;

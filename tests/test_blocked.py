@@ -143,15 +143,17 @@ def test_halves_of_fewer_matrices_than_sms(route):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     batch = 2 * -(-sms // 8) + 1
     assert qr2_op._blocked_halves(1024, 1024, batch, qr2_op.device_of()) and batch // 2 < sms
+    first = batch // 2
     A = torch.randn(batch, 1024, 1024, device="cuda")
-    A[1, :, 1000:] = 0.0
+    A[1, :, 1000:] = 0.0  # zero tails in both halves
+    A[first + 1, :, 900:] = 0.0
     forks = qr2_op._side_fork_count()
     H, tau = whole_matrix.factor(A)
     assert qr2_op._side_fork_count() == forks + 1
-    first = batch // 2
     for part in (slice(0, first), slice(first, batch)):
         Hp, taup = whole_matrix.factor(A[part])
         assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
+    assert qr2_op._side_fork_count() == forks + 1  # a half alone is factored whole
     check(A, (H, tau))
 
 

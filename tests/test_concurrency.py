@@ -13,7 +13,7 @@ from conftest import requires_cuda
 pytestmark = requires_cuda
 
 # one shape per family: quad, warp, builder (cluster), registers, shared_memory, blocked (register and cluster panels),
-# blocked in two halves on the calling thread's side stream (a batch the halves rule splits on any device)
+# blocked in two halves on the calling thread's side stream (a batch the halves rule splits at any SM count)
 _SMS = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
 SHAPES = [(20, 32, 32), (1000, 32, 32), (40, 176, 176), (30, 200, 48), (4, 2000, 6), (3, 700, 300),
           (2 * _SMS + 6, 300, 300)]

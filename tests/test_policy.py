@@ -170,7 +170,9 @@ HALVES = [((640, 512, 512), True), ((160, 512, 512), True), ((264, 300, 300), Tr
           # halves of fewer matrices than SMs whose updates over 4096 rows may call cuBLAS; the tall panel
           ((200, 6000, 600), False), ((300, 10000, 64), False),
           # fewer than four panels: wide and thin matrices
-          ((2, 32, 40000), False), ((10, 2, 10**6), False), ((2000, 5000, 100), False)]
+          ((2, 32, 40000), False), ((10, 2, 10**6), False), ((2000, 5000, 127), False), ((2000, 5000, 128), True),
+          # halves of one matrix
+          ((3, 200, 40000), False), ((4, 200, 40000), True)]
 
 
 @pytest.mark.parametrize("shape, halves", HALVES, ids=str)

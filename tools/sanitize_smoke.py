@@ -65,9 +65,9 @@ if "--zero-tails" in sys.argv:
 max_batch = int(sys.argv[sys.argv.index("--max-batch") + 1]) if "--max-batch" in sys.argv else None
 for call in calls:
     route, batch, m, n, zeros = call
-    if call in HALVES and (max_batch or "--no-cluster" in sys.argv):
+    if call in HALVES and (max_batch is not None or "--no-cluster" in sys.argv):
         continue
-    batch = min(batch, max_batch or batch)
+    batch = batch if max_batch is None else min(batch, max_batch)
     picked = route or qr2_op.config_for(m, n, batch)
     if "--no-cluster" in sys.argv and launches_clusters(picked, batch, m, n):
         continue
