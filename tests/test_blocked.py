@@ -114,6 +114,20 @@ def _two_waves():
     return 2 * sms + 1, sms  # halves of sms and sms + 1 matrices: both shapes below split (qr2_op._blocked_halves)
 
 
+def _factor_in_halves(A):
+    """Factors A in one call that forks one side stream; each half has the bits of factoring it alone (one call each,
+    which fork nothing) and the whole passes the checker."""
+    batch, first = A.shape[0], A.shape[0] // 2
+    forks = qr2_op._side_fork_count()
+    H, tau = whole_matrix.factor(A)
+    assert qr2_op._side_fork_count() == forks + 1
+    for part in (slice(0, first), slice(first, batch)):
+        Hp, taup = whole_matrix.factor(A[part])
+        assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
+    assert qr2_op._side_fork_count() == forks + 1
+    check(A, (H, tau))
+
+
 @pytest.mark.parametrize("layout", ["row_major", "column_major", "expanded"])
 @pytest.mark.parametrize("shape", [(200, 200), (600, 160)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
@@ -127,14 +141,7 @@ def test_batches_of_two_waves_run_as_two_halves(route, layout, shape):
         if layout == "column_major":
             A = A.mT.contiguous().mT
     assert qr2_op._blocked_halves(*shape, batch, qr2_op.device_of())
-    forks = qr2_op._side_fork_count()
-    H, tau = whole_matrix.factor(A)
-    assert qr2_op._side_fork_count() == forks + 1
-    for part in (slice(0, first), slice(first, batch)):
-        Hp, taup = whole_matrix.factor(A[part])
-        assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
-    assert qr2_op._side_fork_count() == forks + 1
-    check(A, (H, tau))
+    _factor_in_halves(A)
 
 
 def test_halves_of_fewer_matrices_than_sms(route):
@@ -147,14 +154,7 @@ def test_halves_of_fewer_matrices_than_sms(route):
     A = torch.randn(batch, 1024, 1024, device="cuda")
     A[1, :, 1000:] = 0.0  # zero tails in both halves
     A[first + 1, :, 900:] = 0.0
-    forks = qr2_op._side_fork_count()
-    H, tau = whole_matrix.factor(A)
-    assert qr2_op._side_fork_count() == forks + 1
-    for part in (slice(0, first), slice(first, batch)):
-        Hp, taup = whole_matrix.factor(A[part])
-        assert torch.equal(H[part], Hp) and torch.equal(tau[part], taup)
-    assert qr2_op._side_fork_count() == forks + 1  # a half alone is factored whole
-    check(A, (H, tau))
+    _factor_in_halves(A)
 
 
 def test_batches_below_the_halves_rule_run_whole(route):
