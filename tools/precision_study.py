@@ -11,6 +11,9 @@ FP32, where the product of two such operands is exact and only the sums round, a
   fp16x3     rows of the left operand and columns of the right one scaled by powers of two to a largest entry in
              [2^14, 2^15), then a = hi + lo (both FP16, subnormals kept): hi.hi + hi.lo + lo.hi (FP16 tensor cores
              run twice TF32's rate)
+  fp16x3_bound  fp16x3 with scales known before the update reads C: V's entries at a fixed 2^14 (|v| <= 1), C's columns
+             by the bound every entry of a trailing column obeys, the 2-norm of the input's column (orthogonal
+             updates keep the column's norm), with a 2^-10 margin; W's columns measured (W stays in one block)
   tf32_vw    only the largest product, V W, in TF32; the other two in FP32
 
     python tools/precision_study.py [--n 512,1024] [--conds 0,4,8] [--batch 2] [--modes ...] [--out FILE]
@@ -83,6 +86,13 @@ def product(a, b, mode):
     raise ValueError(mode)
 
 
+def fp16x3_scaled(a, b, sa, sb):
+    """a b in fp16x3 with the given power-of-two scales of a's rows (sa) and b's columns (sb)."""
+    ah, al = split_fp16(a * sa)
+    bh, bl = split_fp16(b * sb)
+    return ((al @ bh + ah @ bl) + ah @ bh) / sa / sb
+
+
 def larft(V, tau):
     """T (FP32, from FP64) with H_0 ... H_{w-1} = I - V T V^T."""
     V, tau = V.double(), tau.double()
@@ -100,6 +110,7 @@ def blocked_qr(A, mode, nb=32):
     H = A.clone()
     batch, m, n = H.shape
     tau = torch.zeros(batch, min(m, n))
+    bound = A.double().norm(dim=-2).float() * (1 + 2.0 ** -10)  # (batch, n): |entry| of any trailing column
     for k in range(0, min(m, n), nb):
         w = min(nb, min(m, n) - k)
         Hp, tp = torch.geqrf(H[:, k:, k:k + w])
@@ -110,6 +121,11 @@ def blocked_qr(A, mode, nb=32):
         V = torch.tril(Hp, -1) + torch.eye(m - k, w)
         T = larft(V, tp)
         C = H[:, k:, k + w:]
+        if mode == "fp16x3_bound":
+            W = fp16x3_scaled(V.mT, C, 2.0 ** 14, pow2_scale(bound[:, None, k + w:]))
+            W = product(T.mT.contiguous(), W, "fp16x3")
+            H[:, k:, k + w:] = C - fp16x3_scaled(V, W, 2.0 ** 14, pow2_scale(W.abs().amax(-2, keepdim=True)))
+            continue
         first, last = ("fp32", "tf32") if mode == "tf32_vw" else (mode, mode)
         W = product(V.mT.contiguous(), C.contiguous(), first)
         W = product(T.mT.contiguous(), W, first)
