@@ -2,7 +2,10 @@
 configuration, the median per-call time and QR2's check of the output. Where `quick_times.py` uses randn inputs,
 this takes QR2's profiles (rank-deficient, mixed, ...), whose panels a CholeskyQR guard may send elsewhere.
 
-    python tools/route_cases.py --routes policy,blocked_nb32 --cases 60:1024:2:nearrank,8:2048:1:dense
+    python tools/route_cases.py --routes policy,blocked_nb32 --cases 60:1024:2:nearrank,8:2048:1:dense [--rounds 2]
+
+With several rounds the configurations alternate per case, in reverse order every other round (an A/B that a drift of
+the GPU's clocks during the run does not favour); the first round also prints QR2's scaled residuals.
 """
 import argparse
 
@@ -20,16 +23,21 @@ def main():
     ap.add_argument("--cases", required=True, help="batch:n:cond:profile, comma-separated")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    for case in args.cases.split(","):
-        batch, n, cond, profile = case.split(":")
-        A = generate_input(int(batch), int(n), int(cond), args.seed, profile)
-        for route in args.routes.split(","):
-            with forced_route(None if route == "policy" else route):
-                ok, message = check_implementation(A, torch.ops.qr2.geqrf(A))
-                us = per_call_us(torch.ops.qr2.geqrf, A, calls=1, bursts=args.reps, warmup=0)
-            verdict = "ok" if ok else f"FAIL {message[:80]}"
-            print(f"{batch}x{n} {profile:<13} {route:<22} {us:10.1f} us  {verdict}", flush=True)
+    routes = args.routes.split(",")
+    for rnd in range(args.rounds):
+        for case in args.cases.split(","):
+            batch, n, cond, profile = case.split(":")
+            A = generate_input(int(batch), int(n), int(cond), args.seed, profile)
+            for route in routes if rnd % 2 == 0 else routes[::-1]:
+                with forced_route(None if route == "policy" else route):
+                    ok, message = check_implementation(A, torch.ops.qr2.geqrf(A))
+                    us = per_call_us(torch.ops.qr2.geqrf, A, calls=1, bursts=args.reps, warmup=0)
+                verdict = "ok" if ok else f"FAIL {message[:80]}"
+                if ok and rnd == 0:
+                    verdict += " " + " ".join(w for w in message.replace(";", "").split() if w.startswith("scaled"))
+                print(f"r{rnd} {batch}x{n} {profile:<13} {route:<26} {us:10.1f} us  {verdict}", flush=True)
 
 
 if __name__ == "__main__":
