@@ -426,9 +426,9 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     // reads four 32-byte pieces of rows and writes 32 distinct banks (the swizzle sets columns fc's rows 8 apart).
     const int fr = lane >> 3, fc = 8 * warp + (lane & 7);
     static_assert(!FROM || UPDATE_THREADS == 128, "four warps of 8 columns cover 32 columns of a chunk");
-    auto issue = [&](int ch) {  // chunk ch into its stage, or an empty group past the end
+    auto issue = [&](int ch, int slot) {  // chunk ch into stage slot % STAGES, or an empty group past the end
         if (ch < chunks) {
-            float* st = sm + (ch % STAGES) * S::stage;
+            float* st = sm + (slot % STAGES) * S::stage;
             const int r0 = ch * KC + lr;
             if constexpr (FROM) {
 #pragma unroll
@@ -472,16 +472,17 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
         }
         copy_async_commit();
     };
-    // body(ch, V chunk, C chunk) for every chunk as it arrives
-    auto stream_chunks = [&](auto&& body) {
+    // body(ch, V chunk, C chunk) for every chunk as it arrives, first to last or (backward) last to first
+    auto stream_chunks = [&](bool backward, auto&& body) {
+        auto at = [&](int i) { return backward && i < chunks ? chunks - 1 - i : i; };
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) issue(s);
-        for (int ch = 0; ch < chunks; ++ch) {
+        for (int s = 0; s < STAGES - 1; ++s) issue(at(s), s);
+        for (int i = 0; i < chunks; ++i) {
             copy_async_wait<STAGES - 2>();
             __syncthreads();
-            issue(ch + STAGES - 1);
-            const float* Vc = sm + (ch % STAGES) * S::stage;
-            body(ch, Vc, Vc + KC * WMAX);
+            issue(at(i + STAGES - 1), i + STAGES - 1);
+            const float* Vc = sm + (i % STAGES) * S::stage;
+            body(at(i), Vc, Vc + KC * WMAX);
         }
         copy_async_wait<0>();
         __syncthreads();
@@ -513,7 +514,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
             f2[nt] = SCALED ? sc2[wj + 8 * nt + g] : 1.f;
         }
         clear_w();
-        stream_chunks([&](int, const float* Vc, const float* Cc) {
+        stream_chunks(false, [&](int, const float* Vc, const float* Cc) {
             tf32x3_warp_tile<2, S::NT1, KC / 8>(
                 big, small,
                 [&](int mt, int ks) {  // A = V^T: row i is V's column 32 wm + 16 mt + i, contiguous in k
@@ -663,7 +664,9 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
         ccol[h] = c + (int64_t)(jc[h] < ncs ? jc[h] : 0) * ldc;
         u1s[h] = uc1[jc[h]], u2s[h] = uc2[jc[h]];
     }
-    stream_chunks([&](int ch, const float* Vc, const float* Cc) {
+    // Last chunk first: the strip's rows that the first pass read last are the likeliest still in L2 (a wave of blocks
+    // reads more than L2 holds, so first to first would find its rows evicted).
+    stream_chunks(true, [&](int ch, const float* Vc, const float* Cc) {
         float up[1][S::NI3][4] = {}, upsmall[1][S::NI3][4] = {};
         tf32x3_warp_tile<1, S::NI3, WMAX / 8>(
             up, upsmall, [&](int, int ks) { return wt[ks]; },
