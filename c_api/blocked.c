@@ -70,6 +70,30 @@ int qr2_blocked_halves(int64_t m, int64_t n, int64_t batch, const qr2_device* de
     return half >= (waves * dev->sms + strips - 1) / strips; /* half * strips >= waves * SMs, without overflow */
 }
 
+/* Lookahead: each step's update split in two, the next panel's columns first and that panel factored right after them
+ * on a side stream, beside the update of the rest on the caller's stream; the two join before the next step. For few
+ * matrices, whose panels no other matrix's update can hide (halves). Where it runs: not yet measured, so no shape
+ * takes it unless qr2_config_force_lookahead says so. Never with halves, and never where an update might call cuBLAS
+ * (the handle is bound to the caller's stream). */
+static int lookahead_forced = -1;
+
+void qr2_config_force_lookahead(int mode) { lookahead_forced = mode < 0 ? -1 : mode != 0; }
+
+static int use_lookahead(const qr2_config* c, const qr2_problem* p) {
+    const int64_t kmin = p->m < p->n ? p->m : p->n;
+    if (kmin <= c->nb || qr2_update_may_use_blas(p->m, p->batch, p->dev) ||
+        qr2_blocked_halves(p->m, p->n, p->batch, p->dev))
+        return 0;
+    return lookahead_forced > 0;
+}
+
+/* The lookahead's own V, T and update scratch, after the schedule's (64-float aligned). */
+static int64_t lookahead_floats(const qr2_config* c, const qr2_problem* p) {
+    const int w = outer_panel_width(c, p);
+    return p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
+           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev);
+}
+
 /* Sizing passes no pointers (NULL a, h, tau). */
 static int split_in_halves(const qr2_problem* p, qr2_problem half[2]) {
     if (!qr2_blocked_halves(p->m, p->n, p->batch, p->dev)) return 0;
@@ -91,6 +115,7 @@ static int64_t first_half_floats(const qr2_config* c, const qr2_problem* half) {
 int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
     qr2_problem half[2];
     if (split_in_halves(p, half)) return first_half_floats(c, &half[0]) + schedule_workspace_floats(c, &half[1]);
+    if (use_lookahead(c, p)) return first_half_floats(c, p) + lookahead_floats(c, p); /* after it, aligned */
     return schedule_workspace_floats(c, p);
 }
 
@@ -121,10 +146,10 @@ typedef struct schedule {
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
 
-/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc);
+/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [c0, c0 + nc), c0 = k0 + w + off;
  * t: their T factor (ld w, s->t_bs apart) when the panel kernels built it (NULL: built here from V); from_a: whether
  * those columns are still only in A (the first update, see qr2_blocked_run). */
-static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, const float* t, int from_a) {
+static int apply_reflectors(const schedule* s, int k0, int jo, int w, int off, int nc, const float* t, int from_a) {
     const qr2_problem* p = s->p;
     const int kmin = p->m < p->n ? p->m : p->n;
     const int ldv = ldv_of(s);
@@ -133,10 +158,10 @@ static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, co
         .v = s->v + (int64_t)jo * ldv + jo, .ldv = ldv, .v_bs = s->v_bs,
         .tau = p->tau + k0, .tau_bs = kmin,
         .t = t, .t_bs = s->t_bs,
-        .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
+        .c = p->h + (int64_t)(k0 + w + off) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
         .work = s->wy, .work_bs = s->wy_bs,
-        .c_from = from_a ? p->a + k0 + w : 0, .from_rs = p->a_rs, .from_bs = p->a_bs,
-        .zero_from = s->zero_from, .col0 = k0 + w,
+        .c_from = from_a ? p->a + k0 + w + off : 0, .from_rs = p->a_rs, .from_bs = p->a_bs,
+        .zero_from = s->zero_from, .col0 = k0 + w + off,
     };
     return qr2_update_run(&a, s->blas, p->dev, p->stream);
 }
@@ -183,7 +208,7 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
     const int w1 = split_width(w), w2 = w - w1;
     const float *left = 0, *right = 0;
     if (factor_panel(s, k0, jo, w1, 0, 1, &left)) return 1;
-    if (apply_reflectors(s, k0, jo, w1, w2, left, 0)) return 1;
+    if (apply_reflectors(s, k0, jo, w1, 0, w2, left, 0)) return 1;
     if (factor_panel(s, k0 + w1, jo + w1, w2, 1, want_t, &right)) return 1;
     /* Both halves single panel kernels that built their T (so the right one left the left one's slot alone): T from
      * theirs, T12 = -T1 V1^T V2 T2, instead of from V's Gram matrix in the update. The merge walks a matrix's rows on
@@ -199,7 +224,7 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
     return 0;
 }
 
-static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind);
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind, int ahead);
 
 /* Queues the whole schedule of s->behind, once, on the calling thread's side stream after what s's stream holds so
  * far (on s's stream itself while the side stream belongs to another graph capture). */
@@ -210,10 +235,10 @@ static int start_behind(const schedule* s) {
     b->started = 1;
     if (qr2_side_fork(s->p->stream, s->p->dev->index, &side)) return 1;
     if (side) rest.stream = side, b->on_side = 1;
-    return run_schedule(s->config, &rest, b->work, 0);
+    return run_schedule(s->config, &rest, b->work, 0, 0);
 }
 
-static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind) {
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind, int ahead) {
     schedule s = {.config = c, .p = p, .behind = behind};
     if (p->blas_handle && p->blas_handle(&s.blas))
         return qr2_cuda_fail("torch_get_current_cuda_blas_handle", "torch logged the reason");
@@ -241,23 +266,58 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
      * inputs: docs/results/2026-12-04-h200-zero-tail-scan.txt) */
     if (qr2_zero_tail_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.zero_from, p->stream)) return 1;
     const int kmin = p->m < p->n ? p->m : p->n;
-    for (int k = 0; k < kmin; k += c->nb) {
+    /* With lookahead, steps alternate between two V and T slots: the next panel writes one while the update of the
+     * rest still reads the other. */
+    qr2_problem on_side = *p;
+    schedule ahead_s = s;
+    ahead_s.p = &on_side;
+    ahead_s.blas = 0; /* bound to the caller's stream; no update here calls cuBLAS (use_lookahead) */
+    float* v_slot[2] = {s.v, 0};
+    float* t_slot[2] = {s.t, 0};
+    if (ahead) {
+        v_slot[1] = work + first_half_floats(c, p);
+        t_slot[1] = v_slot[1] + p->batch * s.v_bs;
+        ahead_s.wy = t_slot[1] + p->batch * s.t_bs;
+    }
+    const float* t_ahead = 0;
+    int factored = 0; /* the lookahead has factored this step's panel */
+    for (int k = 0, step = 0; k < kmin; k += c->nb, ++step) {
         const int w = (int)min64(c->nb, kmin - k);
-        const float* t = 0;
+        const float* t = t_ahead;
         s.k_outer = k;
-        if (factor_panel(&s, k, 0, w, 0, k + w < p->n, &t)) return 1;
+        s.v = v_slot[step & 1], s.t = t_slot[step & 1];
+        if (!factored && factor_panel(&s, k, 0, w, 0, k + w < p->n, &t)) return 1;
+        factored = 0;
         if (k == 0 && behind && start_behind(&s)) return 1;
-        if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t, k == 0 && first_from_a)) return 1;
+        if (k + w >= p->n) continue;
+        const int from_a = k == 0 && first_from_a;
+        const int next_w = k + w < kmin ? (int)min64(c->nb, kmin - k - w) : 0;
+        void* side = 0;
+        if (ahead && next_w > 0 && qr2_side_fork(p->stream, p->dev->index, &side)) return 1;
+        if (!side) {
+            if (apply_reflectors(&s, k, 0, w, 0, p->n - k - w, t, from_a)) return 1;
+            continue;
+        }
+        /* the next panel's columns, then that panel, on the side stream; the rest here */
+        on_side.stream = side;
+        ahead_s.k_outer = k, ahead_s.v = s.v, ahead_s.t = s.t;
+        int failed = apply_reflectors(&ahead_s, k, 0, w, 0, next_w, t, from_a);
+        ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];
+        failed = failed || factor_panel(&ahead_s, k + w, 0, next_w, 0, k + w + next_w < p->n, &t_ahead);
+        const int rest = p->n - k - w - next_w;
+        failed = failed || (rest > 0 && apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a));
+        if (qr2_side_join(p->stream, p->dev->index) || failed) return 1;
+        factored = 1;
     }
     return behind && !behind->started ? start_behind(&s) : 0; /* no panel at all */
 }
 
 int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     qr2_problem half[2];
-    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0);
+    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0, use_lookahead(c, p));
     /* the second half starts on the side stream once the first half's first panel is queued; the caller's stream
      * then waits for it, also after a failure (a capture must not end with the side stream still forked) */
     behind_half second = {.p = &half[1], .work = work + first_half_floats(c, &half[0])};
-    const int failed = run_schedule(c, &half[0], work, &second);
+    const int failed = run_schedule(c, &half[0], work, &second, 0);
     return (second.on_side && qr2_side_join(p->stream, p->dev->index)) || failed;
 }

@@ -202,6 +202,85 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
     assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
 
 
+# Lookahead: the next panel's columns updated and that panel factored on a side stream, beside the update of the rest
+# (c_api/blocked.c). No shape takes it by the policy yet, so the tests force it. One fork a step that has a next
+# panel; never where an update might call cuBLAS (over 4096 rows, fewer matrices than SMs). The split update may
+# split its rows differently from the whole one's, so the bits may differ from the schedule without lookahead: the
+# checker decides.
+NB = {"blocked_nb32": 32, "blocked_nb64": 64, "blocked_cholqr_nb32": 32}
+
+
+@pytest.fixture
+def lookahead():
+    qr2_op._force_lookahead(True)
+    yield
+    qr2_op._force_lookahead(None)
+
+
+def _forks_of(A):
+    forks = qr2_op._side_fork_count()
+    H, tau = whole_matrix.factor(A)
+    torch.cuda.synchronize()
+    return qr2_op._side_fork_count() - forks, (H, tau)
+
+
+@pytest.mark.parametrize("layout", ["row_major", "column_major"])
+@pytest.mark.parametrize("shape", [(2, 300, 300), (3, 1024, 1024), (2, 200, 500), (3, 700, 130), (1, 65, 300)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_lookahead_forks_a_step_and_passes_the_checker(route, lookahead, layout, shape):
+    batch, m, n = shape
+    A = torch.randn(*shape, device="cuda")
+    A[0, :, n // 2:] = 0.0  # a zero tail in one matrix
+    if layout == "column_major":
+        A = A.mT.contiguous().mT
+    kmin = min(m, n)
+    forks, out = _forks_of(A)
+    assert forks == -(-kmin // NB[route]) - 1
+    check(A, out)
+    assert _forks_of(A)[1][0].equal(out[0])  # the same bits again
+
+
+def test_no_lookahead_where_an_update_might_call_cublas(route, lookahead):
+    A = torch.randn(1, 4200, 100, device="cuda")
+    forks, out = _forks_of(A)
+    assert forks == 0
+    check(A, out)
+
+
+def test_lookahead_on_a_user_stream_and_in_a_cuda_graph(route, lookahead):
+    whole_matrix.side_stream_and_cuda_graph((2, 300, 300))
+
+
+def test_lookahead_while_the_side_stream_is_held_by_a_capture(route, lookahead):
+    """While another capture holds the side stream, a call runs every step on its own stream: the bits of the schedule
+    without lookahead."""
+    A = torch.randn(2, 300, 300, device="cuda")
+    B = torch.randn(2, 260, 260, device="cuda")
+    qr2_op._force_lookahead(False)
+    expected = whole_matrix.factor(B)
+    qr2_op._force_lookahead(True)
+    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(capturing):
+        graph.capture_begin(capture_error_mode="relaxed")
+        try:
+            forks = qr2_op._side_fork_count()
+            captured = whole_matrix.factor(A)
+            assert qr2_op._side_fork_count() > forks
+            forks = qr2_op._side_fork_count()
+            with torch.cuda.stream(other):
+                eager = whole_matrix.factor(B)
+            assert qr2_op._side_fork_count() == forks
+        finally:
+            graph.capture_end()
+    torch.cuda.synchronize()
+    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = whole_matrix.factor(A)
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+
+
 # The tails are found on the GPU at every call: a CUDA graph captured with one pattern of tails and replayed on
 # another gives the eager bits of the new one. 5000 rows: the search splits rows over blocks (a memset first).
 @pytest.mark.parametrize("shape", [(300, 100), (5000, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
