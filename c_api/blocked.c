@@ -11,7 +11,8 @@
  * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
  * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt). Each matrix's exactly zero
  * trailing columns are found first (qr2_zero_tail_run); the register panels and the updates leave them alone.
- * Large batches run as two halves, one panel apart, the second on a side stream (qr2_blocked_halves).
+ * Large batches run as two halves, one panel apart, the second on a side stream (qr2_blocked_halves); configurations
+ * with `lookahead` factor each next panel on a side stream beside the update of the rest (use_lookahead).
  */
 #include "configs.h"
 
@@ -70,21 +71,14 @@ int qr2_blocked_halves(int64_t m, int64_t n, int64_t batch, const qr2_device* de
     return half >= (waves * dev->sms + strips - 1) / strips; /* half * strips >= waves * SMs, without overflow */
 }
 
-/* Lookahead: each step's update split in two, the next panel's columns first and that panel factored right after them
- * on a side stream, beside the update of the rest on the caller's stream; the two join before the next step. For few
- * matrices, whose panels no other matrix's update can hide (halves). Where it runs: not yet measured, so no shape
- * takes it unless qr2_config_force_lookahead says so. Never with halves, and never where an update might call cuBLAS
- * (the handle is bound to the caller's stream). */
-static int lookahead_forced = -1;
-
-void qr2_config_force_lookahead(int mode) { lookahead_forced = mode < 0 ? -1 : mode != 0; }
-
+/* Lookahead (configurations with `lookahead`): each step's update split in two, the next panel's columns first and that
+ * panel factored right after them on a side stream, beside the update of the rest on the caller's stream; the two join
+ * before the next step. For few matrices, whose panels no other matrix's update can hide (halves). Never with halves,
+ * and never where an update might call cuBLAS (its handle is bound to the caller's stream). */
 static int use_lookahead(const qr2_config* c, const qr2_problem* p) {
     const int64_t kmin = p->m < p->n ? p->m : p->n;
-    if (kmin <= c->nb || qr2_update_may_use_blas(p->m, p->batch, p->dev) ||
-        qr2_blocked_halves(p->m, p->n, p->batch, p->dev))
-        return 0;
-    return lookahead_forced > 0;
+    return c->lookahead && kmin > c->nb && !qr2_update_may_use_blas(p->m, p->batch, p->dev) &&
+           !qr2_blocked_halves(p->m, p->n, p->batch, p->dev);
 }
 
 /* The lookahead's own V, T and update scratch, after the schedule's (64-float aligned). */
@@ -292,8 +286,9 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         if (k + w >= p->n) continue;
         const int from_a = k == 0 && first_from_a;
         const int next_w = k + w < kmin ? (int)min64(c->nb, kmin - k - w) : 0;
+        const int rest = p->n - k - w - next_w; /* columns right of the next panel */
         void* side = 0;
-        if (ahead && next_w > 0 && qr2_side_fork(p->stream, p->dev->index, &side)) return 1;
+        if (ahead && next_w > 0 && rest > 0 && qr2_side_fork(p->stream, p->dev->index, &side)) return 1;
         if (!side) {
             if (apply_reflectors(&s, k, 0, w, 0, p->n - k - w, t, from_a)) return 1;
             continue;
@@ -304,8 +299,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         int failed = apply_reflectors(&ahead_s, k, 0, w, 0, next_w, t, from_a);
         ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];
         failed = failed || factor_panel(&ahead_s, k + w, 0, next_w, 0, k + w + next_w < p->n, &t_ahead);
-        const int rest = p->n - k - w - next_w;
-        failed = failed || (rest > 0 && apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a));
+        failed = failed || apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a);
         if (qr2_side_join(p->stream, p->dev->index) || failed) return 1;
         factored = 1;
     }

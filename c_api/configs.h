@@ -52,6 +52,7 @@ struct qr2_config {
     int leaf_nb; /* blocked: widest panel one panel kernel factors (<= QR2_PANEL_MAX_W) */
     const char* what; /* one line for people */
     int cholqr;  /* blocked: 32-column panels by CholeskyQR2 first, the Householder kinds for the matrices it leaves */
+    int lookahead; /* blocked: the next panel on a side stream beside the update of the rest (blocked.c) */
 };
 
 /* The configurations (configs.c), by name. */
@@ -84,9 +85,6 @@ QR2_EXPORT int qr2_config_index_for(int64_t m, int64_t n, int64_t batch, int sms
 QR2_EXPORT int qr2_config_can_run(const char* name, int64_t m, int64_t n, int sms, int smem_optin, int clusters);
 /* Whether the blocked schedule runs a batch of m x n as two halves on two streams. */
 QR2_EXPORT int qr2_config_blocked_halves(int64_t m, int64_t n, int64_t batch, int sms, int smem_optin, int clusters);
-/* Tests and measurements only: the blocked schedule's lookahead (blocked.c) where it can run (1), never (0), or as the
- * rule says (-1, the default). Process-wide, like qr2_config_force. */
-QR2_EXPORT void qr2_config_force_lookahead(int mode);
 /* Tests only: bytes of device workspace configuration `name` asks for a batch of m x n (-1: no such configuration). */
 QR2_EXPORT int64_t qr2_config_workspace_bytes(const char* name, int64_t m, int64_t n, int64_t batch, int sms,
                                               int smem_optin, int clusters);

@@ -44,8 +44,6 @@ _lib.qr2_launch_counts.restype = None
 _lib.qr2_launch_counts.argtypes = [ctypes.POINTER(ctypes.c_longlong)] * 3
 _lib.qr2_launch_replay.restype = None
 _lib.qr2_launch_replay.argtypes = [ctypes.c_int]
-_lib.qr2_config_force_lookahead.restype = None
-_lib.qr2_config_force_lookahead.argtypes = [ctypes.c_int]
 _lib.qr2_side_fork_count.restype = ctypes.c_longlong
 _lib.qr2_side_fork_count.argtypes = []
 
@@ -251,13 +249,6 @@ def _force_config(name):
     concurrent calls."""
     if _lib.qr2_config_force(None if name is None else name.encode()) != 0:
         raise ValueError(f"qr2: no configuration named {name!r}")
-
-
-def _force_lookahead(on):
-    """Tests and tools only: the blocked schedule's lookahead (the next panel on a side stream beside the update of the
-    rest, c_api/blocked.c) wherever it can run (True), nowhere (False), or as the policy says (None). Process-wide; not
-    thread-safe against concurrent calls."""
-    _lib.qr2_config_force_lookahead(-1 if on is None else int(bool(on)))
 
 
 def _launch_counts():

@@ -202,19 +202,19 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
     assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
 
 
-# Lookahead: the next panel's columns updated and that panel factored on a side stream, beside the update of the rest
-# (c_api/blocked.c). No shape takes it by the policy yet, so the tests force it. One fork a step that has a next
-# panel; never where an update might call cuBLAS (over 4096 rows, fewer matrices than SMs). The split update may
-# split its rows differently from the whole one's, so the bits may differ from the schedule without lookahead: the
-# checker decides.
+# Lookahead (configurations `<route>_lookahead`, c_api/blocked.c): the next panel's columns updated and that panel
+# factored on a side stream, beside the update of the rest. The policy does not pick them yet, so the tests force them.
+# One fork a step that has a next panel and columns right of it; never where an update might call cuBLAS (over 4096
+# rows, fewer matrices than SMs). An update split in two may split its rows over blocks differently from the whole
+# one, so the bits may differ from the schedule without lookahead: the checker decides.
 NB = {"blocked_nb32": 32, "blocked_nb64": 64, "blocked_cholqr_nb32": 32}
 
 
-@pytest.fixture
-def lookahead():
-    qr2_op._force_lookahead(True)
-    yield
-    qr2_op._force_lookahead(None)
+@pytest.fixture(params=ROUTES)
+def ahead(request):
+    qr2_op._force_config(request.param + "_lookahead")
+    yield request.param
+    qr2_op._force_config(None)
 
 
 def _forks_of(A):
@@ -224,41 +224,49 @@ def _forks_of(A):
     return qr2_op._side_fork_count() - forks, (H, tau)
 
 
+def _steps_ahead(m, n, nb):
+    """Steps of the schedule with a next panel and columns right of it."""
+    kmin = min(m, n)
+    return sum(1 for k in range(0, kmin, nb) if k + nb < kmin and k + nb + min(nb, kmin - k - nb) < n)
+
+
+# 1500 x 300: panels over 1024 rows at a batch below the SMs, where blocked_nb64 builds T from V's Gram matrix in each
+# stream's own scratch.
 @pytest.mark.parametrize("layout", ["row_major", "column_major"])
-@pytest.mark.parametrize("shape", [(2, 300, 300), (3, 1024, 1024), (2, 200, 500), (3, 700, 130), (1, 65, 300)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_lookahead_forks_a_step_and_passes_the_checker(route, lookahead, layout, shape):
+@pytest.mark.parametrize("shape", [(2, 300, 300), (3, 1024, 1024), (2, 200, 500), (3, 700, 130), (1, 65, 300),
+                                   (2, 1500, 300)], ids=lambda s: "x".join(map(str, s)))
+def test_lookahead_forks_a_step_and_passes_the_checker(ahead, layout, shape):
     batch, m, n = shape
     A = torch.randn(*shape, device="cuda")
     A[0, :, n // 2:] = 0.0  # a zero tail in one matrix
     if layout == "column_major":
         A = A.mT.contiguous().mT
-    kmin = min(m, n)
-    forks, out = _forks_of(A)
-    assert forks == -(-kmin // NB[route]) - 1
-    check(A, out)
-    assert _forks_of(A)[1][0].equal(out[0])  # the same bits again
+    forks, (H, tau) = _forks_of(A)
+    assert forks == _steps_ahead(m, n, NB[ahead]) > 0
+    check(A, (H, tau))
+    _, (H2, tau2) = _forks_of(A)
+    assert torch.equal(H2, H) and torch.equal(tau2, tau)  # the same bits again
 
 
-def test_no_lookahead_where_an_update_might_call_cublas(route, lookahead):
+def test_no_lookahead_where_an_update_might_call_cublas(ahead):
     A = torch.randn(1, 4200, 100, device="cuda")
     forks, out = _forks_of(A)
     assert forks == 0
     check(A, out)
 
 
-def test_lookahead_on_a_user_stream_and_in_a_cuda_graph(route, lookahead):
+def test_lookahead_on_a_user_stream_and_in_a_cuda_graph(ahead):
     whole_matrix.side_stream_and_cuda_graph((2, 300, 300))
 
 
-def test_lookahead_while_the_side_stream_is_held_by_a_capture(route, lookahead):
+def test_lookahead_while_the_side_stream_is_held_by_a_capture(ahead):
     """While another capture holds the side stream, a call runs every step on its own stream: the bits of the schedule
     without lookahead."""
     A = torch.randn(2, 300, 300, device="cuda")
     B = torch.randn(2, 260, 260, device="cuda")
-    qr2_op._force_lookahead(False)
+    qr2_op._force_config(ahead)
     expected = whole_matrix.factor(B)
-    qr2_op._force_lookahead(True)
+    qr2_op._force_config(ahead + "_lookahead")
     graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
     torch.cuda.synchronize()
     with torch.cuda.stream(capturing):
@@ -266,7 +274,7 @@ def test_lookahead_while_the_side_stream_is_held_by_a_capture(route, lookahead):
         try:
             forks = qr2_op._side_fork_count()
             captured = whole_matrix.factor(A)
-            assert qr2_op._side_fork_count() > forks
+            assert qr2_op._side_fork_count() == forks + _steps_ahead(300, 300, NB[ahead])
             forks = qr2_op._side_fork_count()
             with torch.cuda.stream(other):
                 eager = whole_matrix.factor(B)
