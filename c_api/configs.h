@@ -52,6 +52,7 @@ struct qr2_config {
     int leaf_nb; /* blocked: widest panel one panel kernel factors (<= QR2_PANEL_MAX_W) */
     const char* what; /* one line for people */
     int cholqr;  /* blocked: 32-column panels by CholeskyQR2 first, the Householder kinds for the matrices it leaves */
+    int fp16;    /* blocked: 64-wide updates on FP16 tensor cores at FP32 accuracy (update_fp16.cu) */
 };
 
 /* The configurations (configs.c), by name. */

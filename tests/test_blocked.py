@@ -14,7 +14,8 @@ from whole_matrix import check
 
 pytestmark = requires_cuda
 
-ROUTES = ["blocked_nb32", "blocked_nb64", "blocked_cholqr_nb32"]
+# The FP16 configurations (64-wide updates on FP16 tensor cores) are not picked by the policy yet; forced here.
+ROUTES = ["blocked_nb32", "blocked_nb64", "blocked_cholqr_nb32", "blocked_nb64_fp16", "blocked_cholqr_nb64_fp16"]
 
 
 @pytest.fixture(params=ROUTES)

@@ -818,6 +818,8 @@ struct WyArgs {
     const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
     int64_t cf_rs, cf_bs;
     WyTail tail;
+    const int* scale_exp;  // qr2_update_args.scale_exp: the FP16 update may take the piece
+    int64_t scale_bs;
 };
 
 // One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
@@ -933,6 +935,10 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
                           : split_update<64>(in_c, splits, sw, dev, stream);
     }
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
+    if (a.scale_exp && !narrow && !a.cf && !a.t_lower &&
+        qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
+        return qr2_update_fp16_run(a.batch, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c,
+                                   a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail.zero_from, a.tail.col0, stream);
     if (a.w <= 32) {
         if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
         return launch_wy_update<32, 64, WyPart::whole>(a, a.mr, sw, stream);
@@ -1049,7 +1055,8 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
                               a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->apply_q != 0,
-                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0}};
+                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0},
+                              a->scale_exp, a->scale_bs};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
