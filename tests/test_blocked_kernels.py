@@ -244,6 +244,22 @@ def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     assert err < max(1e-5, mr * 2.0 ** -24), err  # FP32's bound for dot products of length mr
 
 
+def _columns_of_many_magnitudes(batch, mr, nc, columns):
+    """C (column-major FP32) with entries in [-1, 1] and: alternate columns near 2^100 and 2^-70, an entry of 3.401e38
+    (just below FLT_MAX) in every third column, subnormal odd columns, or a NaN in column 7."""
+    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
+    if columns == "2^100_and_2^-70":
+        C64[..., 0::2] *= 2.0 ** 100
+        C64[..., 1::2] *= 2.0 ** -70
+    elif columns == "near_flt_max_and_1":
+        C64[..., 0, 0::3] = 3.401e38
+    elif columns == "subnormal_and_1":
+        C64[..., 1::2] *= 2.0 ** -130
+    else:
+        C64[..., 3, 7] = float("nan")
+    return _column_major(C64.float())
+
+
 @pytest.mark.parametrize("columns", ["2^100_and_2^-70", "near_flt_max_and_1", "subnormal_and_1"])
 # whole strips of 32 and 64 columns, and rows split over blocks
 @pytest.mark.parametrize("batch,mr,w,nc", [(100, 64, 32, 64), (150, 300, 64, 100), (3, 2000, 64, 2000),
@@ -253,15 +269,7 @@ def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
     2^100 and 2^-70, an entry of 3.401e38 (just below FLT_MAX) in a column next to columns near 1, subnormal columns
     next to normal ones. Each column of C <- Q^T C within FP32's bound relative to that column, and finite."""
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
-    if columns == "2^100_and_2^-70":
-        C64[..., 0::2] *= 2.0 ** 100
-        C64[..., 1::2] *= 2.0 ** -70
-    elif columns == "near_flt_max_and_1":
-        C64[..., 0, 0::3] = 3.401e38
-    else:
-        C64[..., 1::2] *= 2.0 ** -130
-    C = _column_major(C64.float())
+    C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C)
     assert torch.isfinite(C).all()
     err = (C.double() - expected).abs().amax(dim=-2) / expected.abs().amax(dim=-2)
@@ -323,17 +331,7 @@ def test_fp16_update_scales_each_column_on_its_own(columns):
     itself; a NaN stays in its column."""
     batch, mr, w, nc = 300, 300, 64, 100
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
-    if columns == "2^100_and_2^-70":
-        C64[..., 0::2] *= 2.0 ** 100
-        C64[..., 1::2] *= 2.0 ** -70
-    elif columns == "near_flt_max_and_1":
-        C64[..., 0, 0::3] = 3.401e38
-    elif columns == "subnormal_and_1":
-        C64[..., 1::2] *= 2.0 ** -130
-    else:
-        C64[..., 3, 7] = float("nan")
-    C = _column_major(C64.float())
+    C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C, True, _column_scales(C))
     keep = torch.ones(nc, dtype=torch.bool)
     if columns == "nan_and_1":

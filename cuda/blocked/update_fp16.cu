@@ -51,10 +51,9 @@ __device__ __forceinline__ void copy16(float* dst, const float* src, bool ok) {
                  "l"(src), "r"(ok ? 16 : 0));
 }
 
+// ldmatrix of 16-bit planes (tf32x3.cuh's ldsm_x4 takes any shared address), and transposed.
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+    ldsm_x4(r, reinterpret_cast<const float*>(p));
 }
 __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const __half* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -190,16 +189,20 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
             }
         });
     }
-    // W in C's scaled units into shared memory, W(k, j) at j LDW + k; T into the stage area, T(r, cc) at cc LDW + r
+    // warp (wm, wn)'s 32 x 32 tile of big + small, times f, into shared memory: W(k, j) at j LDW + k
+    auto put_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], float f) {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+            for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
-                S.ws[j * LDW + i] = (big[mt][nt][e] + small[mt][nt][e]) * (1.f / V_SCALE);
-            }
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
+                    S.ws[j * LDW + i] = (hi[mt][nt][e] + lo[mt][nt][e]) * f;
+                }
+    };
+    // W in C's scaled units; T into the stage area, T(r, cc) at cc LDW + r
+    put_w(big, small, 1.f / V_SCALE);
     float* Ts = S.stage[0][0];
     for (int idx = tid; idx < WV * WV; idx += THREADS) {
         const int r = idx % WV, cc = idx / WV;
@@ -214,15 +217,7 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
             tb, tsm, [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
             [&](int nt, int ks) { return tf32x3_b_ldsm(S.ws + (32 * wn + 8 * nt) * LDW + 8 * ks, LDW, lane); });
         __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
-                    S.ws[j * LDW + i] = -(tb[mt][nt][e] + tsm[mt][nt][e]);
-                }
+        put_w(tb, tsm, -1.f);
         __syncthreads();
     }
     // W''s column scales: its largest entry into [2^13, 2^14) (1 for a zero or non-finite column)
