@@ -55,6 +55,26 @@ def test_every_profile(route, case):
         check(generate_input(batch=3, n=512, cond=cond, seed=7 + len(case), case=case))
 
 
+FP16_ROUTES = ["blocked_nb64_fp16", "blocked_cholqr_nb64_fp16"]
+
+
+# 40 x 512: the first updates hold two 64-column strips a SM (H200), which the FP16 routes take.
+@pytest.mark.parametrize("route", FP16_ROUTES, indirect=True)
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_every_profile_in_whole_strips(route, case):
+    check(generate_input(batch=40, n=512, cond=1000, seed=7 + len(case), case=case))
+
+
+def test_columns_of_many_magnitudes_in_whole_strips(route):
+    """Columns alternately near 2^60 and 2^-60 at a batch whose updates take whole strips: each column of the FP16
+    routes is scaled by its own bound (a bound read for another column would overflow FP16, and the checker would see
+    the NaN)."""
+    A = torch.randn(300, 400, 400, device="cuda")
+    A[..., 0::2] *= 2.0 ** 60
+    A[..., 1::2] *= 2.0 ** -60
+    check(A)
+
+
 def test_strided_input_is_not_modified(route):
     base = torch.randn(3, 700, 600, device="cuda")
     A = base.transpose(-1, -2)[:, :500, :]

@@ -189,6 +189,16 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
             }
         });
     }
+    // W exactly zero: C += V (T^T W) would add zeros, so the strip keeps its bits (negative zeros too) without the
+    // second pass; exact zero tails and reduced columns cost one read (as in update.cu)
+    bool nonzero = false;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) nonzero |= big[mt][nt][e] != 0.f || small[mt][nt][e] != 0.f;
+    if (!__syncthreads_or(nonzero)) return;
     // warp (wm, wn)'s 32 x 32 tile of big + small, times f, into shared memory: W(k, j) at j LDW + k
     auto put_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], float f) {
 #pragma unroll
@@ -246,7 +256,8 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
         const int j = j3 + g + 8 * h;
         f1[h] = 1.f / (V_SCALE * S.wsc[j] * S.s1[j]), f2[h] = 1.f / S.s2[j];
     }
-    float* ccol[2] = {c + (int64_t)(j3 + g) * ldc, c + (int64_t)(j3 + g + 8) * ldc};
+    float* ccol[2];  // this lane's columns j3 + g and + 8 (column 0 for one past the strip: never stored)
+    for (int h = 0; h < 2; ++h) ccol[h] = c + (int64_t)(j3 + g + 8 * h < ncs ? j3 + g + 8 * h : 0) * ldc;
     // ldmatrix.trans rows: w = k + (l / 8 & 1) 8 + l % 8, chunk rows i + 8 (l / 16)
     const int mi = lane >> 3, kt = (lane & 7) + 8 * (mi & 1), it = 8 * (mi >> 1);
     stream(false, [&](int ch, const float* st) {
@@ -291,8 +302,9 @@ __global__ void __launch_bounds__(SCALE_THREADS) column_scales_kernel(const floa
                                                                       int64_t bs, int m, int n, int* k_out) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ double part[SCALE_THREADS];
-    const int64_t b = blockIdx.y;
-    const int j0 = blockIdx.x * 32, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int groups = (n + 31) / 32;  // block x: matrix x / groups, columns 32 (x % groups) ..
+    const int64_t b = blockIdx.x / groups;
+    const int j0 = (int)(blockIdx.x - b * groups) * 32, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     a += b * bs;
     double sum = 0.0;
     int j;
@@ -338,10 +350,11 @@ __global__ void __launch_bounds__(SCALE_THREADS) column_scales_kernel(const floa
 extern "C" int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
                                      int* k_out, void* stream) {
     if (batch <= 0 || n <= 0) return 0;
-    if (batch > 65535) return qr2_record_error("column_scales launch", "more than 65535 matrices");
+    const int64_t groups = (n + 31) / 32;
+    if (batch > INT_MAX / groups) return qr2_record_error("column_scales launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
     how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
-    how.grid = dim3((unsigned)((n + 31) / 32), (unsigned)batch);
+    how.grid = dim3((unsigned)(batch * groups));
     how.block = dim3(SCALE_THREADS);
     return qr2_launch(column_scales_kernel, how, stream, "column_scales launch", a, rs, cs, bs, m, n, k_out);
 }
