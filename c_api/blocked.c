@@ -225,8 +225,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
     /* A row-major input: only the first outer panel's columns are copied into H here; the first update reads the
      * rest from A and writes them into H, one pass over the matrices fewer (640 x 512 x 512: the whole transpose took
      * 0.32 ms of 5.0). */
-    const int first_from_a = p->a != p->h && p->a_cs == 1 && p->a_rs != 1 && width < p->n &&
-                             !c->fp16; /* the FP16 update reads C in place only */
+    const int first_from_a = p->a != p->h && p->a_cs == 1 && p->a_rs != 1 && width < p->n;
     if (p->a != p->h && qr2_transpose_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->h, p->m, (int64_t)p->m * p->n, p->m,
                                           first_from_a ? width : p->n, p->batch, p->stream))
         return 1;

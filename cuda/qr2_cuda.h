@@ -192,7 +192,8 @@ int qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc,
                           const float* c);
 int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
                         const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
-                        const int* scale_exp, int64_t scale_bs, const int* zero_from, int col0, void* stream);
+                        const int* scale_exp, int64_t scale_bs, const int* zero_from, int col0, const float* cf,
+                        int64_t cf_rs, int64_t cf_bs, void* stream);
 
 #define QR2_UPDATE_MAX_W 128
 int64_t qr2_update_work_floats(int w, int nc);

@@ -65,6 +65,20 @@ def test_every_profile_in_whole_strips(route, case):
     check(generate_input(batch=40, n=512, cond=1000, seed=7 + len(case), case=case))
 
 
+@pytest.mark.parametrize("route", FP16_ROUTES, indirect=True)
+def test_fp16_first_update_reads_a_row_major_input(route):
+    """A row-major input's first update reads A and writes H; in whole strips the FP16 update does it, and copies zero
+    strips (negative zeros too) and strips whose W is zero as they are: the bits of a column-major copy, whose first
+    update runs in place."""
+    A = torch.randn(300, 400, 400, device="cuda")
+    A[:, :, 330:] = -0.0  # zero tails: whole strips of the first update from its column 320 - 64 on
+    A[5, :, 100:] = 0.0
+    rows = whole_matrix.factor(A)
+    cols = whole_matrix.factor(A.mT.contiguous().mT)
+    assert torch.equal(rows[0].view(torch.int32), cols[0].view(torch.int32)) and torch.equal(rows[1], cols[1])
+    check(A, rows)
+
+
 def test_columns_of_many_magnitudes_in_whole_strips(route):
     """Columns alternately near 2^60 and 2^-60 at a batch whose updates take whole strips: each column of the FP16
     routes is scaled by its own bound (a bound read for another column would overflow FP16, and the checker would see

@@ -935,10 +935,10 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
                           : split_update<64>(in_c, splits, sw, dev, stream);
     }
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
-    if (a.scale_exp && !narrow && !a.cf && !a.t_lower &&
-        qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
+    if (a.scale_exp && !narrow && !a.t_lower && qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
         return qr2_update_fp16_run(a.batch, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c,
-                                   a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail.zero_from, a.tail.col0, stream);
+                                   a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail.zero_from, a.tail.col0, a.cf,
+                                   a.cf_rs, a.cf_bs, stream);
     if (a.w <= 32) {
         if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
         return launch_wy_update<32, 64, WyPart::whole>(a, a.mr, sw, stream);

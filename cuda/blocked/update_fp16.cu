@@ -50,6 +50,10 @@ __device__ __forceinline__ void copy16(float* dst, const float* src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
                  "l"(src), "r"(ok ? 16 : 0));
 }
+__device__ __forceinline__ void copy4(float* dst, const float* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 4 : 0));
+}
 
 // ldmatrix of 16-bit planes (tf32x3.cuh's ldsm_x4 takes any shared address), and transposed.
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const __half* p) {
@@ -91,29 +95,48 @@ __device__ __forceinline__ void split_rows(const float* src, float a, float b, _
 // C_strip -= V (T^T (V^T C_strip)) for the 64-column strip of each block (block x: matrix x / strips). V: mr x w
 // (w <= 64), T: w x w at t[r t_rs + c t_cs], C: mr x nc column-major; rows, leading dimensions and strides multiples
 // of four floats, pointers 16-byte aligned. Column j of C is scaled by 2^scale_exp[b scale_bs + col0 + j]; a strip
-// from zero_from[b] - col0 on (zero_from not NULL) is exactly zero and left alone.
+// from zero_from[b] - col0 on (zero_from not NULL) is exactly zero and left alone. cf (not NULL): C's entries are read
+// from the row-major cf (element (i, j) of matrix b at cf[b cf_bs + i cf_rs + j]: the input, in the first update) and
+// all of the strip is written into c, a zero strip or one whose W is zero as it is (update.cu's FROM).
 __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, int mr, int w, int nc, const float* v,
                                                               int64_t ldv, int64_t v_bs, const float* t, int64_t t_rs,
                                                               int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
                                                               int64_t c_bs, const int* scale_exp, int64_t scale_bs,
-                                                              const int* zero_from, int col0) {
+                                                              const int* zero_from, int col0, const float* cf,
+                                                              int64_t cf_rs, int64_t cf_bs) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ float4 smem4[];
     Smem& S = *reinterpret_cast<Smem*>(smem4);
     const int64_t b = blockIdx.x / strips;
     const int j0 = (int)(blockIdx.x - b * strips) * NT, ncs = min(NT, nc - j0);
-    if (zero_from && col0 + j0 >= zero_from[b]) return;
     v += b * v_bs;
     t += b * t_bs;
     c += b * c_bs + (int64_t)j0 * ldc;
+    if (cf) cf += b * cf_bs + j0;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    if (zero_from && col0 + j0 >= zero_from[b]) {  // a strip of zeros: from a row-major source, copied as it is
+        if (cf) {  // 32 x 32 tiles: rows read along the source's rows, columns written along C's
+            float(*tile)[33] = reinterpret_cast<float(*)[33]>(smem4);
+            for (int i0 = 0; i0 < mr; i0 += 32)
+                for (int jt = 0; jt < ncs; jt += 32) {
+                    for (int i = warp; i < 32; i += THREADS / 32)
+                        if (i0 + i < mr && jt + lane < ncs) tile[i][lane] = cf[(int64_t)(i0 + i) * cf_rs + jt + lane];
+                    __syncthreads();
+                    for (int j = warp; j < 32; j += THREADS / 32)
+                        if (jt + j < ncs && i0 + lane < mr) c[(int64_t)(jt + j) * ldc + i0 + lane] = tile[lane][j];
+                    __syncthreads();
+                }
+        }
+        return;
+    }
     if (tid < NT) {
         const int k = tid < ncs ? scale_exp[b * scale_bs + col0 + j0 + tid] : 0;
         S.s1[tid] = ldexpf(1.f, k / 2), S.s2[tid] = ldexpf(1.f, k - k / 2);
     }
 
-    // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i
-    const int lr = 4 * (tid & 7), lc = tid >> 3;
+    // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i; from cf, lane (fr, fc)
+    // of a warp copies rows 4 i + fr, columns fc + 32 h, one float each (a warp reads four 32-byte pieces of rows)
+    const int lr = 4 * (tid & 7), lc = tid >> 3, fr = lane >> 3, fc = 8 * warp + (lane & 7);
     const int chunks = (mr + KC - 1) / KC;
     auto issue = [&](int ch) {
         if (ch < chunks) {
@@ -124,8 +147,17 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
                 const int col = lc + 16 * i;
                 const bool vok = row < mr && col < w, cok = row < mr && col < ncs;
                 copy16(st + col * SC + lr, vok ? v + (int64_t)col * ldv + row : v, vok);
-                copy16(st + NT * SC + col * SC + lr, cok ? c + (int64_t)col * ldc + row : c, cok);
+                if (!cf) copy16(st + NT * SC + col * SC + lr, cok ? c + (int64_t)col * ldc + row : c, cok);
             }
+            if (cf)
+#pragma unroll
+                for (int i = 0; i < KC / 4; ++i)
+#pragma unroll
+                    for (int h = 0; h < NT / 32; ++h) {
+                        const int r = 4 * i + fr, col = fc + 32 * h, rw = ch * KC + r;
+                        const bool ok = rw < mr && col < ncs;
+                        copy4(st + NT * SC + col * SC + r, ok ? cf + (int64_t)rw * cf_rs + col : cf, ok);
+                    }
         }
         asm volatile("cp.async.commit_group;");
     };
@@ -198,7 +230,8 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) nonzero |= big[mt][nt][e] != 0.f || small[mt][nt][e] != 0.f;
-    if (!__syncthreads_or(nonzero)) return;
+    const bool keep = !__syncthreads_or(nonzero);
+    if (keep && !cf) return;
     // warp (wm, wn)'s 32 x 32 tile of big + small, times f, into shared memory: W(k, j) at j LDW + k
     auto put_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], float f) {
 #pragma unroll
@@ -288,7 +321,8 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
                 const float2 old = *reinterpret_cast<const float2*>(cst + j * SC + i);
                 const float u0 = (up[n][2 * h] + upsmall[n][2 * h]) * f1[h];
                 const float u1 = (up[n][2 * h + 1] + upsmall[n][2 * h + 1]) * f1[h];
-                *reinterpret_cast<float2*>(ccol[h] + row) = make_float2(fmaf(u0, f2[h], old.x), fmaf(u1, f2[h], old.y));
+                *reinterpret_cast<float2*>(ccol[h] + row) =
+                    keep ? old : make_float2(fmaf(u0, f2[h], old.x), fmaf(u1, f2[h], old.y));
             }
     });
 }
@@ -368,7 +402,7 @@ extern "C" int qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, i
 extern "C" int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
                                    const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
                                    int64_t c_bs, const int* scale_exp, int64_t scale_bs, const int* zero_from,
-                                   int col0, void* stream) {
+                                   int col0, const float* cf, int64_t cf_rs, int64_t cf_bs, void* stream) {
     const int64_t strips = (nc + NT - 1) / NT;
     if (batch > INT_MAX / strips) return qr2_record_error("fp16 update launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
@@ -378,5 +412,5 @@ extern "C" int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const f
     how.smem = sizeof(Smem);
     how.smem_limit = how.smem;
     return qr2_launch(fp16_update_kernel, how, stream, "fp16 update launch", strips, mr, w, nc, v, ldv, v_bs, t, t_rs,
-                      t_cs, t_bs, c, ldc, c_bs, scale_exp, scale_bs, zero_from, col0);
+                      t_cs, t_bs, c, ldc, c_bs, scale_exp, scale_bs, zero_from, col0, cf, cf_rs, cf_bs);
 }

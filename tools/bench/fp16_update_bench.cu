@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     const dim3 grid(batch * ((nc + NT - 1) / NT));
     auto launch = [&] {
         if (qr2_update_fp16_run(batch, mr, WV, nc, dV, mr, (int64_t)mr * WV, dT, 1, WV, WV * WV, dC, mr,
-                                (int64_t)mr * nc, dK, nc, nullptr, 0, nullptr))
+                                (int64_t)mr * nc, dK, nc, nullptr, 0, nullptr, 0, 0, nullptr))
             exit(1);
     };
     CHECK(cudaMemcpy(dC, dC0, C.size() * 4, cudaMemcpyDeviceToDevice));
