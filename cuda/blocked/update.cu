@@ -17,6 +17,7 @@
 
 #include "launch.cuh"
 #include "reduce.cuh"
+#include "strip_copy.cuh"
 #include "tf32x3.cuh"
 
 #include <atomic>
@@ -396,20 +397,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     if constexpr (FROM) cf += b * cf_bs + j0 + (int64_t)r0 * cf_rs;
     const int ncs = min(NT, nc - j0);
     if (tail.zero(b, j0)) {  // a strip of zeros: from a row-major source, copied as it is (-0 stays -0)
-        if constexpr (FROM) {
-            // 32 x 32 tiles through shared memory: rows read along the source's rows, columns written along C's
-            float(*tile)[33] = reinterpret_cast<float(*)[33]>(smem4);
-            const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-            for (int i0 = 0; i0 < mr; i0 += 32)
-                for (int jt = 0; jt < ncs; jt += 32) {
-                    for (int i = ty; i < 32; i += UPDATE_THREADS / 32)
-                        if (i0 + i < mr && jt + tx < ncs) tile[i][tx] = cf[(int64_t)(i0 + i) * cf_rs + jt + tx];
-                    __syncthreads();
-                    for (int j = ty; j < 32; j += UPDATE_THREADS / 32)
-                        if (jt + j < ncs && i0 + tx < mr) c[(int64_t)(jt + j) * ldc + i0 + tx] = tile[tx][j];
-                    __syncthreads();
-                }
-        }
+        if constexpr (FROM) copy_strip_from_rows(reinterpret_cast<float(*)[33]>(smem4), cf, cf_rs, c, ldc, mr, ncs);
         return;
     }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -19,6 +19,7 @@
 #include <limits.h>
 
 #include "launch.cuh"
+#include "strip_copy.cuh"
 #include "tf32x3.cuh"
 
 namespace {
@@ -115,18 +116,7 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
     if (cf) cf += b * cf_bs + j0;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     if (zero_from && col0 + j0 >= zero_from[b]) {  // a strip of zeros: from a row-major source, copied as it is
-        if (cf) {  // 32 x 32 tiles: rows read along the source's rows, columns written along C's
-            float(*tile)[33] = reinterpret_cast<float(*)[33]>(smem4);
-            for (int i0 = 0; i0 < mr; i0 += 32)
-                for (int jt = 0; jt < ncs; jt += 32) {
-                    for (int i = warp; i < 32; i += THREADS / 32)
-                        if (i0 + i < mr && jt + lane < ncs) tile[i][lane] = cf[(int64_t)(i0 + i) * cf_rs + jt + lane];
-                    __syncthreads();
-                    for (int j = warp; j < 32; j += THREADS / 32)
-                        if (jt + j < ncs && i0 + lane < mr) c[(int64_t)(jt + j) * ldc + i0 + lane] = tile[lane][j];
-                    __syncthreads();
-                }
-        }
+        if (cf) copy_strip_from_rows(reinterpret_cast<float(*)[33]>(smem4), cf, cf_rs, c, ldc, mr, ncs);
         return;
     }
     if (tid < NT) {
