@@ -1,6 +1,7 @@
 /*
  * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
- * a panel kind, the compact-WY update, the merge of two T factors, the zero-tail search and the input transpose on
+ * a panel kind, the compact-WY update, the merge of two T factors, the zero-tail search, the FP16 update's column
+ * scales and the input transpose on
  * tensors the test allocates, on the current device and the given stream. Each returns 0, or non-zero with
  * qr2_cuda_last_error() saying why.
  */
@@ -60,9 +61,10 @@ QR2_EXPORT int64_t qr2_test_update_work_floats(int64_t batch, int mr, int w, int
 }
 
 /* C (mr x nc, ld mr, mr*nc apart) -= V (T^T (V^T C)) for V (mr x w, ld mr, mr*w apart), with T (w x w, w*w apart)
- * when t is not NULL, else T built from V and tau (w apart). */
+ * when t is not NULL, else T built from V and tau (w apart); scale_exp (nc apart, or NULL): C's column scales for the
+ * FP16 update (qr2_test_column_scales). */
 QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float* v, const float* tau, const float* t,
-                               float* c, float* work, void* blas, int device, void* stream) {
+                               float* c, float* work, void* blas, int device, void* stream, const int* scale_exp) {
     qr2_device dev;
     if (device_of(device, &dev)) return 1;
     const qr2_update_args a = {
@@ -72,6 +74,7 @@ QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float
         .t = t, .t_bs = (int64_t)w * w,
         .c = c, .ldc = mr, .c_bs = (int64_t)mr * nc,
         .work = work, .work_bs = qr2_update_work_floats(w, nc),
+        .scale_exp = scale_exp, .scale_bs = nc,
     };
     return qr2_update_run(&a, blas, &dev, stream);
 }
@@ -87,6 +90,11 @@ QR2_EXPORT int qr2_test_merge_t(int64_t batch, int mr, int w1, int w2, const flo
 QR2_EXPORT int qr2_test_zero_tail(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
                                   int* zero_from, void* stream) {
     return qr2_zero_tail_run(a, rs, cs, bs, m, n, batch, zero_from, stream);
+}
+
+QR2_EXPORT int qr2_test_column_scales(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
+                                      int* k_out, void* stream) {
+    return qr2_column_scales_run(a, rs, cs, bs, m, n, batch, k_out, stream);
 }
 
 QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,

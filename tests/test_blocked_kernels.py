@@ -1,7 +1,7 @@
 """The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
 (registers in panel mode, cluster, tall, cholqr) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's
 checker; the CholeskyQR panel's guard;
-the compact-WY update against Q^T C in FP64; the merge of two T factors against LAPACK's T; the search for exactly
+the compact-WY update against Q^T C in FP64 (3xTF32, and FP16 with its column scales); the merge of two T factors against LAPACK's T; the search for exactly
 zero trailing columns and the input transpose against torch."""
 import ctypes
 
@@ -22,7 +22,8 @@ for _name, _res, _args in [
     ("qr2_test_panel_work_floats", _i64, [_i64, _i64, _int]),
     ("qr2_test_panel", _int, [_str, _i64, _int, _int, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_update_work_floats", _i64, [_i64, _int, _int, _int, _int]),
-    ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p]),
+    ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p, _p]),
+    ("qr2_test_column_scales", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p]),
     ("qr2_test_zero_tail", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
@@ -179,9 +180,9 @@ def _reflectors64(A64):
     return V64, tau, _larft64(V64, tau)
 
 
-def _update(V64, tau, T64, C, given_t=True):
-    """C <- Q^T C in place by qr2's update (column-major FP32 C; T given, or built by the update from V and tau);
-    returns Q^T C computed in FP64 from C as it was."""
+def _update(V64, tau, T64, C, given_t=True, scales=None):
+    """C <- Q^T C in place by qr2's update (column-major FP32 C; T given, or built by the update from V and tau; with
+    `scales`, C's column scales for the FP16 update); returns Q^T C computed in FP64 from C as it was."""
     batch, mr, w = V64.shape
     nc = C.shape[-1]
     expected = C.double() - V64 @ (T64.transpose(-1, -2) @ (V64.transpose(-1, -2) @ C.double()))
@@ -191,7 +192,7 @@ def _update(V64, tau, T64, C, given_t=True):
     work = torch.empty(_lib.qr2_test_update_work_floats(batch, mr, w, nc, torch.cuda.current_device()), device="cuda")
     _check(_lib.qr2_test_update(batch, mr, w, nc, V.data_ptr(), tau32.data_ptr(), T.data_ptr() if given_t else None,
                                 C.data_ptr(), work.data_ptr(), torch.cuda.current_blas_handle(),
-                                torch.cuda.current_device(), _stream()))
+                                torch.cuda.current_device(), _stream(), None if scales is None else scales.data_ptr()))
     return expected
 
 
@@ -243,6 +244,22 @@ def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     assert err < max(1e-5, mr * 2.0 ** -24), err  # FP32's bound for dot products of length mr
 
 
+def _columns_of_many_magnitudes(batch, mr, nc, columns):
+    """C (column-major FP32) with entries in [-1, 1] and: alternate columns near 2^100 and 2^-70, an entry of 3.401e38
+    (just below FLT_MAX) in every third column, subnormal odd columns, or a NaN in column 7."""
+    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
+    if columns == "2^100_and_2^-70":
+        C64[..., 0::2] *= 2.0 ** 100
+        C64[..., 1::2] *= 2.0 ** -70
+    elif columns == "near_flt_max_and_1":
+        C64[..., 0, 0::3] = 3.401e38
+    elif columns == "subnormal_and_1":
+        C64[..., 1::2] *= 2.0 ** -130
+    else:
+        C64[..., 3, 7] = float("nan")
+    return _column_major(C64.float())
+
+
 @pytest.mark.parametrize("columns", ["2^100_and_2^-70", "near_flt_max_and_1", "subnormal_and_1"])
 # whole strips of 32 and 64 columns, and rows split over blocks
 @pytest.mark.parametrize("batch,mr,w,nc", [(100, 64, 32, 64), (150, 300, 64, 100), (3, 2000, 64, 2000),
@@ -252,19 +269,77 @@ def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
     2^100 and 2^-70, an entry of 3.401e38 (just below FLT_MAX) in a column next to columns near 1, subnormal columns
     next to normal ones. Each column of C <- Q^T C within FP32's bound relative to that column, and finite."""
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
-    if columns == "2^100_and_2^-70":
-        C64[..., 0::2] *= 2.0 ** 100
-        C64[..., 1::2] *= 2.0 ** -70
-    elif columns == "near_flt_max_and_1":
-        C64[..., 0, 0::3] = 3.401e38
-    else:
-        C64[..., 1::2] *= 2.0 ** -130
-    C = _column_major(C64.float())
+    C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C)
     assert torch.isfinite(C).all()
     err = (C.double() - expected).abs().amax(dim=-2) / expected.abs().amax(dim=-2)
     assert err.max() < max(1e-5, mr * 2.0 ** -24), err.max()
+
+
+def _column_scales(A):
+    """qr2_column_scales_run on A (batch, m, n), any strides: (batch, n) int32 exponents."""
+    batch, m, n = A.shape
+    k = torch.full((batch, n), -999, dtype=torch.int32, device="cuda")
+    _check(_lib.qr2_test_column_scales(A.data_ptr(), A.stride(1), A.stride(2), A.stride(0), m, n, batch, k.data_ptr(),
+                                       _stream()))
+    return k
+
+
+@pytest.mark.parametrize("layout", ["row_major", "column_major"])
+def test_column_scales_bound_each_column(layout):
+    """2^k times the column's 2-norm (with its 2^-10 margin) in [2^13, 2^14) for every finite non-zero column, from
+    subnormal to near FLT_MAX; 0 for zero, infinite and NaN columns."""
+    A = torch.randn(5, 300, 70, device="cuda")
+    A[:, :, 1] = 0.0
+    A[:, :, 2] *= 1e-40
+    A[:, :, 3] *= 1e37
+    A[:, 7, 4] = float("inf")
+    A[:, 9, 5] = float("nan")
+    A[:, :, 6] = 0.0
+    A[:, 0, 6] = 3.4e38
+    if layout == "column_major":
+        A = _column_major(A)
+    k = _column_scales(A).double()
+    norm = A.double().norm(dim=-2) * (1 + 2.0 ** -10)
+    ok = torch.isfinite(norm) & (norm > 0)
+    scaled = norm[ok] * torch.pow(2.0, k[ok])
+    assert ((scaled >= 2.0 ** 13) & (scaled < 2.0 ** 14)).all()
+    assert (k[~ok] == 0).all() and (~ok[:, [1, 4, 5]]).all()
+
+
+# Batches with at least two 64-column strips a SM (H200: 264), so that the FP16 update takes them: rows not a multiple
+# of 32, a last strip of fewer than 64 columns, a block narrower than 64.
+@pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])
+@pytest.mark.parametrize("batch,mr,w,nc", [(300, 512, 64, 64), (300, 100, 64, 100), (150, 196, 48, 130),
+                                           (280, 516, 64, 64)], ids=str)
+def test_fp16_update_applies_q_transpose(batch, mr, w, nc, scale):
+    """C <- Q^T C with C's column scales, against FP64 within FP32's bound; its bits differ from the 3xTF32 update's
+    (the FP16 arithmetic ran)."""
+    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
+    C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
+    C3 = C.clone()
+    expected = _update(V64, tau, T64, C, True, _column_scales(C))
+    _update(V64, tau, T64, C3, True)
+    err = (C.double() - expected).abs().amax() / expected.abs().amax()
+    assert err < max(1e-5, mr * 2.0 ** -24), err
+    assert not torch.equal(C, C3)
+
+
+@pytest.mark.parametrize("columns", ["2^100_and_2^-70", "near_flt_max_and_1", "subnormal_and_1", "nan_and_1"])
+def test_fp16_update_scales_each_column_on_its_own(columns):
+    """As test_update_scales_each_column_on_its_own, on the FP16 update: each column within FP32's bound relative to
+    itself; a NaN stays in its column."""
+    batch, mr, w, nc = 300, 300, 64, 100
+    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
+    C = _columns_of_many_magnitudes(batch, mr, nc, columns)
+    expected = _update(V64, tau, T64, C, True, _column_scales(C))
+    keep = torch.ones(nc, dtype=torch.bool)
+    if columns == "nan_and_1":
+        assert torch.isnan(C[..., 7]).all()
+        keep[7] = False
+    assert torch.isfinite(C[..., keep]).all()
+    err = (C.double() - expected).abs().amax(dim=-2) / expected.abs().amax(dim=-2)
+    assert err[..., keep].max() < max(1e-5, mr * 2.0 ** -24), err[..., keep].max()
 
 
 @pytest.mark.parametrize("batch, mr, w, nc", [(200, 512, 32, 256), (200, 300, 64, 200), (3, 4000, 32, 500)], ids=str)

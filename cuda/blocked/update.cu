@@ -17,6 +17,7 @@
 
 #include "launch.cuh"
 #include "reduce.cuh"
+#include "strip_copy.cuh"
 #include "tf32x3.cuh"
 
 #include <atomic>
@@ -396,20 +397,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     if constexpr (FROM) cf += b * cf_bs + j0 + (int64_t)r0 * cf_rs;
     const int ncs = min(NT, nc - j0);
     if (tail.zero(b, j0)) {  // a strip of zeros: from a row-major source, copied as it is (-0 stays -0)
-        if constexpr (FROM) {
-            // 32 x 32 tiles through shared memory: rows read along the source's rows, columns written along C's
-            float(*tile)[33] = reinterpret_cast<float(*)[33]>(smem4);
-            const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-            for (int i0 = 0; i0 < mr; i0 += 32)
-                for (int jt = 0; jt < ncs; jt += 32) {
-                    for (int i = ty; i < 32; i += UPDATE_THREADS / 32)
-                        if (i0 + i < mr && jt + tx < ncs) tile[i][tx] = cf[(int64_t)(i0 + i) * cf_rs + jt + tx];
-                    __syncthreads();
-                    for (int j = ty; j < 32; j += UPDATE_THREADS / 32)
-                        if (jt + j < ncs && i0 + tx < mr) c[(int64_t)(jt + j) * ldc + i0 + tx] = tile[tx][j];
-                    __syncthreads();
-                }
-        }
+        if constexpr (FROM) copy_strip_from_rows(reinterpret_cast<float(*)[33]>(smem4), cf, cf_rs, c, ldc, mr, ncs);
         return;
     }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -821,6 +809,8 @@ struct WyArgs {
     const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
     int64_t cf_rs, cf_bs;
     WyTail tail;
+    const int* scale_exp;  // qr2_update_args.scale_exp: the FP16 update may take the piece
+    int64_t scale_bs;
 };
 
 // One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
@@ -936,6 +926,10 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
                           : split_update<64>(in_c, splits, sw, dev, stream);
     }
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
+    if (a.scale_exp && !narrow && !a.t_lower && qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
+        return qr2_update_fp16_run(a.batch, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c,
+                                   a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail.zero_from, a.tail.col0, a.cf,
+                                   a.cf_rs, a.cf_bs, stream);
     if (a.w <= 32) {
         if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
         return launch_wy_update<32, 64, WyPart::whole>(a, a.mr, sw, stream);
@@ -1052,7 +1046,8 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
                               a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->apply_q != 0,
-                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0}};
+                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0},
+                              a->scale_exp, a->scale_bs};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;
