@@ -20,3 +20,26 @@ __device__ __forceinline__ void copy_strip_from_rows(float (*tile)[33], const fl
             __syncthreads();
         }
 }
+
+// A 4-byte asynchronous copy global -> shared; ok false writes a zero and reads nothing.
+__device__ __forceinline__ void copy_async_4b(float* dst, const float* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 4 : 0));
+}
+
+// A KC-row chunk of a row-major source's strip (rows row0 .., columns 0 .. ncs; zeros past mr and ncs) into shared
+// memory at dst + at(r, col), by four warps: lane (fr, fc) copies rows 4 i + fr, columns fc + 32 h, fc = 8 warp +
+// lane % 8, one float each, so that a warp reads four 32-byte pieces of rows.
+template <int KC, int NT, typename At>
+__device__ __forceinline__ void copy_chunk_from_rows(float* dst, At at, const float* src, int64_t src_rs, int row0,
+                                                     int mr, int ncs) {
+    const int lane = threadIdx.x & 31, fr = lane >> 3, fc = 8 * (threadIdx.x >> 5) + (lane & 7);
+#pragma unroll
+    for (int i = 0; i < KC / 4; ++i)
+#pragma unroll
+        for (int h = 0; h < NT / 32; ++h) {
+            const int r = 4 * i + fr, col = fc + 32 * h, row = row0 + r;
+            const bool ok = row < mr && col < ncs;
+            copy_async_4b(dst + at(r, col), ok ? src + row * src_rs + col : src, ok);
+        }
+}

@@ -410,24 +410,16 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     const float* cp = c + lr + lc * ldc;
     const int64_t vstep = 16 * ldv, cstep = 16 * ldc;
     const int chunks = (mr + KC - 1) / KC;
-    // FROM: lane (fr, fc) of a warp copies rows 4 i + fr, columns fc + 32 h of a chunk, one float each, so that a warp
-    // reads four 32-byte pieces of rows and writes 32 distinct banks (the swizzle sets columns fc's rows 8 apart).
-    const int fr = lane >> 3, fc = 8 * warp + (lane & 7);
+    // FROM: a chunk of the row-major source by copy_chunk_from_rows (the swizzle sets columns fc's rows 8 apart, so a
+    // warp's copies write 32 distinct banks)
     static_assert(!FROM || UPDATE_THREADS == 128, "four warps of 8 columns cover 32 columns of a chunk");
     auto issue = [&](int ch, int slot) {  // chunk ch into stage slot % STAGES, or an empty group past the end
         if (ch < chunks) {
             float* st = sm + (slot % STAGES) * S::stage;
             const int r0 = ch * KC + lr;
-            if constexpr (FROM) {
-#pragma unroll
-                for (int i = 0; i < KC / 4; ++i)
-#pragma unroll
-                    for (int h = 0; h < NT / 32; ++h) {
-                        const int r = 4 * i + fr, col = fc + 32 * h, row = ch * KC + r;
-                        const bool ok = row < mr && col < ncs;
-                        copy_async<4>(st + KC * WMAX + chunk_at(r, col), ok ? cf + row * cf_rs + col : cf, ok);
-                    }
-            }
+            if constexpr (FROM)
+                copy_chunk_from_rows<KC, NT>(st + KC * WMAX, [](int r, int col) { return chunk_at(r, col); }, cf,
+                                             cf_rs, ch * KC, mr, ncs);
             if (VEC && (ch + 1) * KC <= mr && w == WMAX && ncs == NT) {  // all of the chunk: no predicates
 #pragma unroll
                 for (int i = 0; i < WMAX / 16; ++i)

@@ -51,10 +51,7 @@ __device__ __forceinline__ void copy16(float* dst, const float* src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
                  "l"(src), "r"(ok ? 16 : 0));
 }
-__device__ __forceinline__ void copy4(float* dst, const float* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(ok ? 4 : 0));
-}
+
 
 // ldmatrix of 16-bit planes (tf32x3.cuh's ldsm_x4 takes any shared address), and transposed.
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const __half* p) {
@@ -124,9 +121,9 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
         S.s1[tid] = ldexpf(1.f, k / 2), S.s2[tid] = ldexpf(1.f, k - k / 2);
     }
 
-    // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i; from cf, lane (fr, fc)
-    // of a warp copies rows 4 i + fr, columns fc + 32 h, one float each (a warp reads four 32-byte pieces of rows)
-    const int lr = 4 * (tid & 7), lc = tid >> 3, fr = lane >> 3, fc = 8 * warp + (lane & 7);
+    // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i (from cf: strip_copy.cuh)
+    static_assert(THREADS == 128, "four warps copy 32 columns of a row-major chunk at a time");
+    const int lr = 4 * (tid & 7), lc = tid >> 3;
     const int chunks = (mr + KC - 1) / KC;
     auto issue = [&](int ch) {
         if (ch < chunks) {
@@ -140,14 +137,8 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
                 if (!cf) copy16(st + NT * SC + col * SC + lr, cok ? c + (int64_t)col * ldc + row : c, cok);
             }
             if (cf)
-#pragma unroll
-                for (int i = 0; i < KC / 4; ++i)
-#pragma unroll
-                    for (int h = 0; h < NT / 32; ++h) {
-                        const int r = 4 * i + fr, col = fc + 32 * h, rw = ch * KC + r;
-                        const bool ok = rw < mr && col < ncs;
-                        copy4(st + NT * SC + col * SC + r, ok ? cf + (int64_t)rw * cf_rs + col : cf, ok);
-                    }
+                copy_chunk_from_rows<KC, NT>(st + NT * SC, [](int r, int col) { return col * SC + r; }, cf, cf_rs,
+                                             ch * KC, mr, ncs);
         }
         asm volatile("cp.async.commit_group;");
     };

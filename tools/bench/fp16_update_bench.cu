@@ -23,18 +23,7 @@
         }                                                                                          \
     } while (0)
 
-// the library's error recorders and launch replay (cuda/device.cu, cuda/launch.cu), printing instead
-int qr2_record_error(const char* what, const char* detail) {
-    fprintf(stderr, "%s: %s\n", what, detail);
-    return 1;
-}
-int qr2_record_cuda_error(cudaError_t err, const char* what) {
-    fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-    return 1;
-}
-int qr2_replay_launch(const void*, dim3, dim3, size_t, void*, void**, const char* what) {
-    return qr2_record_error(what, "no launch replay in the bench");
-}
+#include "library_stubs.cuh"
 
 namespace {
 
