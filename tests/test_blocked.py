@@ -72,6 +72,7 @@ def test_fp16_first_update_reads_a_row_major_input(route):
     update runs in place."""
     A = torch.randn(300, 400, 400, device="cuda")
     A[:, :, 330:] = -0.0  # zero tails: whole strips of the first update from its column 320 - 64 on
+    A[:, :, 192:256] = -0.0  # a strip of the first update whose W is zero, between non-zero ones
     A[5, :, 100:] = 0.0
     rows = whole_matrix.factor(A)
     cols = whole_matrix.factor(A.mT.contiguous().mT)
@@ -99,7 +100,8 @@ def test_strided_input_is_not_modified(route):
 
 # A row-major input is copied into H only for its first outer panel; the first update reads the rest from the input
 # and writes it into H. That must give the bits of the same matrices laid out column-major (copied into H whole):
-# dense strips, exactly zero strips (negative zeros kept), rows whose stride is no multiple of four.
+# dense strips, exactly zero strips (negative zeros kept) at the tail and between non-zero columns (whole strips of
+# the first update whose W is zero), rows whose stride is no multiple of four.
 @pytest.mark.parametrize("shape", [(384, 384), (513, 300), (300, 777), (1000, 70), (131, 257)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("pad", [0, 3])
@@ -107,6 +109,7 @@ def test_first_update_reads_row_major_input(route, shape, pad):
     m, n = shape
     A = torch.randn(3, m, n + pad, device="cuda")[..., :n]
     A[1, :, 64:] = -0.0
+    A[2, :, 96:224] = -0.0
     before = A.clone()
     H, tau = whole_matrix.factor(A)
     Hc, tauc = whole_matrix.factor(A.mT.contiguous().mT)

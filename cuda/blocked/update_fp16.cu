@@ -52,7 +52,6 @@ __device__ __forceinline__ void copy16(float* dst, const float* src, bool ok) {
                  "l"(src), "r"(ok ? 16 : 0));
 }
 
-
 // ldmatrix of 16-bit planes (tf32x3.cuh's ldsm_x4 takes any shared address), and transposed.
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const __half* p) {
     ldsm_x4(r, reinterpret_cast<const float*>(p));
