@@ -231,7 +231,7 @@ static int start_behind(const schedule* s) {
     qr2_problem rest = *b->p;
     void* side = 0;
     b->started = 1;
-    if (qr2_side_fork(s->p->stream, s->p->dev->index, &side)) return 1;
+    if (qr2_side_fork(s->p->stream, s->p->dev->index, 0, &side)) return 1;
     if (side) rest.stream = side, b->on_side = 1;
     return run_schedule(s->config, &rest, b->work, 0, 0);
 }
@@ -298,7 +298,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         const int next_w = k + w < kmin ? (int)min64(c->nb, kmin - k - w) : 0;
         const int rest = p->n - k - w - next_w; /* columns right of the next panel */
         void* side = 0;
-        if (ahead && next_w > 0 && rest > 0 && qr2_side_fork(p->stream, p->dev->index, &side)) return 1;
+        if (ahead && next_w > 0 && rest > 0 && qr2_side_fork(p->stream, p->dev->index, 1, &side)) return 1;
         if (!side) {
             if (apply_reflectors(&s, k, 0, w, 0, p->n - k - w, t, from_a)) return 1;
             continue;
@@ -310,7 +310,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];
         failed = failed || factor_panel(&ahead_s, k + w, 0, next_w, 0, k + w + next_w < p->n, &t_ahead);
         failed = failed || apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a);
-        if (qr2_side_join(p->stream, p->dev->index) || failed) return 1;
+        if (qr2_side_join(p->stream, p->dev->index, 1) || failed) return 1;
         factored = 1;
     }
     return behind && !behind->started ? start_behind(&s) : 0; /* no panel at all */
@@ -323,5 +323,5 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
      * then waits for it, also after a failure (a capture must not end with the side stream still forked) */
     behind_half second = {.p = &half[1], .work = work + first_half_floats(c, &half[0])};
     const int failed = run_schedule(c, &half[0], work, &second, 0);
-    return (second.on_side && qr2_side_join(p->stream, p->dev->index)) || failed;
+    return (second.on_side && qr2_side_join(p->stream, p->dev->index, 0)) || failed;
 }

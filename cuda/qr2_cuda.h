@@ -224,12 +224,13 @@ int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m,
 int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int64_t ldd, int64_t dst_bs,
                       int m, int n, int64_t batch, void* stream);
 
-/* The calling thread's side stream for `device` (created on first use), made to wait for the work queued on `stream`
- * so far; *side is NULL (and 0 returned) while that stream is held by a graph capture other than `stream`'s.
+/* The calling thread's side stream for `device` (created on first use; `urgent`: its second one, at the device's
+ * highest stream priority), made to wait for the work queued on `stream` so far; *side is NULL (and 0 returned) while
+ * that stream is held by a graph capture other than `stream`'s.
  * qr2_side_join makes `stream` wait for the work queued on the side stream so far. Stream-ordered (no host wait) and
  * capturable: inside a capture the side stream joins it. */
-int qr2_side_fork(void* stream, int device, void** side);
-int qr2_side_join(void* stream, int device);
+int qr2_side_fork(void* stream, int device, int urgent, void** side);
+int qr2_side_join(void* stream, int device, int urgent);
 
 /* An empty kernel, launched the way the single-kernel configurations launch: measures the floor of a call. */
 int qr2_empty_run(void* stream);
