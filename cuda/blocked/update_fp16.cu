@@ -1,6 +1,7 @@
 // update_fp16.cu - the 64-wide update C -= V (T^T (V^T C)) with its two large products on FP16 tensor cores at FP32
 // accuracy (fp16x3): each operand scaled by a power of two and split into an FP16 high and low part, hi.hi + hi.lo +
-// lo.hi summed in FP32 by mma.sync m16n8k16, at twice TF32's rate and half its mma count.
+// lo.hi summed in FP32 by mma.sync m16n8k16: half the mma instructions of 3xTF32, at twice the rate by the H200's
+// datasheet (tools/bench/fp16_update_bench.cu measures both rates).
 //
 // The scales are known before the update reads C. V's entries obey |v| <= 1 (a fixed 2^14). Orthogonal updates keep
 // each column's 2-norm, so the input column's norm bounds every entry of every trailing part of the column:
@@ -13,8 +14,8 @@
 // One block of four warps per (matrix, 64-column strip). 32-row chunks of V and C stream through a cp.async ring in
 // FP32; each chunk is split once per block into FP16 hi and lo planes in shared memory, from which every warp loads its
 // fragments by ldmatrix: V^T and C for W = V^T C as they lie, and V^T for C^T += W'^T V^T by ldmatrix.trans (16-bit
-// elements only, so no transposing loads remain). W' is split once into registers. The prototype of this kernel is
-// tools/bench/fp16_update_bench.cu.
+// elements only, so no transposing loads remain). W' is split once into registers. tools/bench/fp16_update_bench.cu
+// times the kernel alone; tools/fp16_update_lanes.py checks its fragment addressing on the CPU.
 #include <cuda_fp16.h>
 #include <limits.h>
 
