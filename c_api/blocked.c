@@ -103,15 +103,16 @@ static int split_in_halves(const qr2_problem* p, qr2_problem half[2]) {
     return 1;
 }
 
-/* The first half's workspace, rounded up to 256 bytes: the second half's starts aligned as the whole one's does. */
-static int64_t first_half_floats(const qr2_config* c, const qr2_problem* half) {
-    return (schedule_workspace_floats(c, half) + 63) / 64 * 64;
+/* A schedule's workspace rounded up to 256 bytes: what follows it (the second half's, the lookahead's) starts aligned
+ * as the whole one's does. */
+static int64_t aligned_schedule_floats(const qr2_config* c, const qr2_problem* p) {
+    return (schedule_workspace_floats(c, p) + 63) / 64 * 64;
 }
 
 int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
     qr2_problem half[2];
-    if (split_in_halves(p, half)) return first_half_floats(c, &half[0]) + schedule_workspace_floats(c, &half[1]);
-    if (use_lookahead(c, p)) return first_half_floats(c, p) + lookahead_floats(c, p); /* after it, aligned */
+    if (split_in_halves(p, half)) return aligned_schedule_floats(c, &half[0]) + schedule_workspace_floats(c, &half[1]);
+    if (use_lookahead(c, p)) return aligned_schedule_floats(c, p) + lookahead_floats(c, p); /* after it, aligned */
     return schedule_workspace_floats(c, p);
 }
 
@@ -231,7 +232,7 @@ static int start_behind(const schedule* s) {
     qr2_problem rest = *b->p;
     void* side = 0;
     b->started = 1;
-    if (qr2_side_fork(s->p->stream, s->p->dev->index, 0, &side)) return 1;
+    if (qr2_side_fork(s->p->stream, s->p->dev->index, QR2_SIDE_PLAIN, &side)) return 1;
     if (side) rest.stream = side, b->on_side = 1;
     return run_schedule(s->config, &rest, b->work, 0, 0);
 }
@@ -279,7 +280,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
     float* v_slot[2] = {s.v, 0};
     float* t_slot[2] = {s.t, 0};
     if (ahead) {
-        v_slot[1] = work + first_half_floats(c, p);
+        v_slot[1] = work + aligned_schedule_floats(c, p);
         t_slot[1] = v_slot[1] + p->batch * s.v_bs;
         ahead_s.wy = t_slot[1] + p->batch * s.t_bs;
     }
@@ -298,7 +299,8 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         const int next_w = k + w < kmin ? (int)min64(c->nb, kmin - k - w) : 0;
         const int rest = p->n - k - w - next_w; /* columns right of the next panel */
         void* side = 0;
-        if (ahead && next_w > 0 && rest > 0 && qr2_side_fork(p->stream, p->dev->index, 1, &side)) return 1;
+        if (ahead && next_w > 0 && rest > 0 && qr2_side_fork(p->stream, p->dev->index, QR2_SIDE_URGENT, &side))
+            return 1;
         if (!side) {
             if (apply_reflectors(&s, k, 0, w, 0, p->n - k - w, t, from_a)) return 1;
             continue;
@@ -310,7 +312,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
         ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];
         failed = failed || factor_panel(&ahead_s, k + w, 0, next_w, 0, k + w + next_w < p->n, &t_ahead);
         failed = failed || apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a);
-        if (qr2_side_join(p->stream, p->dev->index, 1) || failed) return 1;
+        if (qr2_side_join(p->stream, p->dev->index, QR2_SIDE_URGENT) || failed) return 1;
         factored = 1;
     }
     return behind && !behind->started ? start_behind(&s) : 0; /* no panel at all */
@@ -321,7 +323,7 @@ int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0, use_lookahead(c, p));
     /* the second half starts on the side stream once the first half's first panel is queued; the caller's stream
      * then waits for it, also after a failure (a capture must not end with the side stream still forked) */
-    behind_half second = {.p = &half[1], .work = work + first_half_floats(c, &half[0])};
+    behind_half second = {.p = &half[1], .work = work + aligned_schedule_floats(c, &half[0])};
     const int failed = run_schedule(c, &half[0], work, &second, 0);
-    return (second.on_side && qr2_side_join(p->stream, p->dev->index, 0)) || failed;
+    return (second.on_side && qr2_side_join(p->stream, p->dev->index, QR2_SIDE_PLAIN)) || failed;
 }

@@ -253,7 +253,7 @@ extern "C" __attribute__((visibility("default"))) void qr2_launch_replay(int on)
 // ---- side streams ----
 // A second stream for each host thread and device, on which a schedule runs part of a batch beside the caller's
 // stream; and an urgent one, at the device's highest priority, for work on the schedule's critical path beside the
-// rest (the lookahead's next panel: its blocks take SMs as the update's drain, before the update's later blocks). One
+// rest (the lookahead's next panel, whose blocks should then take SMs as the update's drain; not yet measured). One
 // of each per thread: a side stream pulled into a user's graph capture (by waiting on an event recorded in the
 // capturing stream) stays in that capture until the capture ends, and no other thread's work may land on it then.
 // While it is in a capture other than the caller's, qr2_side_fork hands out none (the caller runs both halves
@@ -289,8 +289,8 @@ extern "C" int qr2_side_fork(void* stream, int device, int urgent, void** side) 
         RelaxedCapture relaxed;  // creating them is allowed while this or another thread captures a graph
         cudaStream_t s = nullptr;
         cudaEvent_t e = nullptr;
-        int least = 0, greatest = 0;  // numerically: greatest priority is the lowest number
-        QR2_CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+        int greatest = 0;  // numerically the lowest
+        QR2_CHECK_CUDA(cudaDeviceGetStreamPriorityRange(nullptr, &greatest), "cudaDeviceGetStreamPriorityRange");
         QR2_CHECK_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, urgent ? greatest : 0),
                        "cudaStreamCreateWithPriority (side stream)");
         const cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);

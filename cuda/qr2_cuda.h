@@ -229,6 +229,7 @@ int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, floa
  * that stream is held by a graph capture other than `stream`'s.
  * qr2_side_join makes `stream` wait for the work queued on the side stream so far. Stream-ordered (no host wait) and
  * capturable: inside a capture the side stream joins it. */
+enum { QR2_SIDE_PLAIN = 0, QR2_SIDE_URGENT = 1 }; /* qr2_side_fork's and qr2_side_join's `urgent` */
 int qr2_side_fork(void* stream, int device, int urgent, void** side);
 int qr2_side_join(void* stream, int device, int urgent);
 

@@ -644,8 +644,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
         ccol[h] = c + (int64_t)(jc[h] < ncs ? jc[h] : 0) * ldc;
         u1s[h] = uc1[jc[h]], u2s[h] = uc2[jc[h]];
     }
-    // Last chunk first: the strip's rows that the first pass read last are the likeliest still in L2 (a wave of blocks
-    // reads more than L2 holds, so first to first would find its rows evicted).
+    // Last chunk first: the strip's rows that the first pass read last should be the likeliest still in L2 (a wave of
+    // blocks reads more than L2 holds, so first to first would find its rows evicted; not yet measured).
     stream_chunks(true, [&](int ch, const float* Vc, const float* Cc) {
         float up[1][S::NI3][4] = {}, upsmall[1][S::NI3][4] = {};
         tf32x3_warp_tile<1, S::NI3, WMAX / 8>(
