@@ -186,14 +186,6 @@ typedef struct qr2_update_args {
  * 2-norm in [2^13, 2^14), into k_out[b n + j]: a bound for every entry of every trailing part of the column. */
 int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch, int* k_out,
                           void* stream);
-/* Whether the FP16 update takes a piece of these sizes and alignments, and the update itself (one launch, a block per
- * (matrix, 64-column strip)). */
-int qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc, int64_t c_bs, const float* v,
-                          const float* c);
-int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
-                        const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
-                        const int* scale_exp, int64_t scale_bs, const int* zero_from, int col0, const float* cf,
-                        int64_t cf_rs, int64_t cf_bs, void* stream);
 
 #define QR2_UPDATE_MAX_W 128
 int64_t qr2_update_work_floats(int w, int nc);

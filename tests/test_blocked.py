@@ -71,13 +71,32 @@ def test_fp16_first_update_reads_a_row_major_input(route):
     strips (negative zeros too) and strips whose W is zero as they are: the bits of a column-major copy, whose first
     update runs in place."""
     A = torch.randn(300, 400, 400, device="cuda")
-    A[:, :, 330:] = -0.0  # zero tails: whole strips of the first update from its column 320 - 64 on
+    A[:, :, 330:] = -0.0  # zero tails: the first update's last strip (columns 384-399) whole
     A[:, :, 192:256] = -0.0  # a strip of the first update whose W is zero, between non-zero ones
     A[5, :, 100:] = 0.0
     rows = whole_matrix.factor(A)
     cols = whole_matrix.factor(A.mT.contiguous().mT)
     assert torch.equal(rows[0].view(torch.int32), cols[0].view(torch.int32)) and torch.equal(rows[1], cols[1])
     check(A, rows)
+
+
+@pytest.mark.parametrize("route", FP16_ROUTES, indirect=True)
+@pytest.mark.parametrize("shape", [(400, 400), (600, 256)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_fp16_routes_differ_from_3xtf32_in_whole_strips(route, shape):
+    """At a batch of whole strips the FP16 routes' updates run on FP16: their bits differ from blocked_nb64's, whose
+    panels are theirs (all but the CholeskyQR route's past 512 rows, where the checker alone tests CholeskyQR panels
+    with FP16 updates). Both pass the checker."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    A = torch.randn(2 * sms + 1, *shape, device="cuda")
+    H, tau = whole_matrix.factor(A)
+    check(A, (H, tau))
+    qr2_op._force_config("blocked_nb64")
+    try:
+        H3, tau3 = whole_matrix.factor(A)
+    finally:
+        qr2_op._force_config(route)
+    check(A, (H3, tau3))
+    assert not torch.equal(H, H3)
 
 
 def test_columns_of_many_magnitudes_in_whole_strips(route):

@@ -1,7 +1,8 @@
 """The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
 (registers in panel mode, cluster, tall, cholqr) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's
 checker; the CholeskyQR panel's guard;
-the compact-WY update against Q^T C in FP64 (3xTF32, and FP16 with its column scales); the merge of two T factors against LAPACK's T; the search for exactly
+the compact-WY update against Q^T C in FP64 (3xTF32, and FP16 with its
+column scales); the merge of two T factors against LAPACK's T; the search for exactly
 zero trailing columns and the input transpose against torch."""
 import ctypes
 
@@ -307,14 +308,20 @@ def test_column_scales_bound_each_column(layout):
     assert (k[~ok] == 0).all() and (~ok[:, [1, 4, 5]]).all()
 
 
-# Batches with at least two 64-column strips a SM (H200: 264), so that the FP16 update takes them: rows not a multiple
-# of 32, a last strip of fewer than 64 columns, a block narrower than 64.
+def _whole_strip_batch(nc, extra=0):
+    """A batch with at least two 64-column strips a SM, so that the FP16 update takes it."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return -(-2 * sms // -(-nc // 64)) + extra
+
+
+# Rows not a multiple of 32, a last strip of fewer than 64 columns, a block narrower than 64.
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])
-@pytest.mark.parametrize("batch,mr,w,nc", [(300, 512, 64, 64), (300, 100, 64, 100), (150, 196, 48, 130),
-                                           (280, 516, 64, 64)], ids=str)
-def test_fp16_update_applies_q_transpose(batch, mr, w, nc, scale):
+@pytest.mark.parametrize("mr,w,nc,extra", [(512, 64, 64, 0), (100, 64, 100, 5), (196, 48, 130, 1), (516, 64, 64, 16)],
+                         ids=str)
+def test_fp16_update_applies_q_transpose(mr, w, nc, extra, scale):
     """C <- Q^T C with C's column scales, against FP64 within FP32's bound; its bits differ from the 3xTF32 update's
     (the FP16 arithmetic ran)."""
+    batch = _whole_strip_batch(nc, extra)
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
     C3 = C.clone()
@@ -329,7 +336,8 @@ def test_fp16_update_applies_q_transpose(batch, mr, w, nc, scale):
 def test_fp16_update_scales_each_column_on_its_own(columns):
     """As test_update_scales_each_column_on_its_own, on the FP16 update: each column within FP32's bound relative to
     itself; a NaN stays in its column."""
-    batch, mr, w, nc = 300, 300, 64, 100
+    mr, w, nc = 300, 64, 100
+    batch = _whole_strip_batch(nc)
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C, True, _column_scales(C))

@@ -19,6 +19,7 @@
 #include "reduce.cuh"
 #include "strip_copy.cuh"
 #include "tf32x3.cuh"
+#include "update_fp16.cuh"
 
 #include <atomic>
 #include <type_traits>
@@ -410,8 +411,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     const float* cp = c + lr + lc * ldc;
     const int64_t vstep = 16 * ldv, cstep = 16 * ldc;
     const int chunks = (mr + KC - 1) / KC;
-    // FROM: a chunk of the row-major source by copy_chunk_from_rows (the swizzle sets columns fc's rows 8 apart, so a
-    // warp's copies write 32 distinct banks)
+    // FROM: a chunk of the row-major source by copy_chunk_from_rows (the swizzle puts adjacent columns' rows 8 apart,
+    // so a warp's copies write 32 distinct banks)
     static_assert(!FROM || UPDATE_THREADS == 128, "four warps of 8 columns cover 32 columns of a chunk");
     auto issue = [&](int ch, int slot) {  // chunk ch into stage slot % STAGES, or an empty group past the end
         if (ch < chunks) {
@@ -918,7 +919,8 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
                           : split_update<64>(in_c, splits, sw, dev, stream);
     }
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
-    if (a.scale_exp && !narrow && !a.t_lower && qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
+    if (a.scale_exp && !narrow && !a.t_lower &&
+        qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
         return qr2_update_fp16_run(a.batch, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c,
                                    a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail.zero_from, a.tail.col0, a.cf,
                                    a.cf_rs, a.cf_bs, stream);

@@ -8,8 +8,9 @@
 // qr2_column_scales_run records, per column, the power of two that takes that norm (with a 2^-10 margin) into
 // [2^13, 2^14), once per call. W = V^T C then stays in C's scaled units (no column of it can underflow or overflow),
 // W' = -T^T W is computed in 3xTF32 in shared memory as in update.cu, and W''s columns are scaled by their measured
-// largest entry. CPU study: with these scales fp16x3 matched 3xTF32 on every QR2 profile at n = 512 and 1024
-// (docs/results/2026-12-04-cpu-fp16x3-norm-bound-precision.txt).
+// largest entry. CPU study (docs/results/2026-12-04-cpu-fp16x3-norm-bound-precision.txt): with C's scales from the
+// column norms fp16x3 matched 3xTF32 on every QR2 profile at n = 512 and 1024; it scaled into [2^14, 2^15) and ran
+// T^T W in fp16x3 as well, where the kernel keeps one binade more below FP16's largest value and runs T^T W in 3xTF32.
 //
 // One block of four warps per (matrix, 64-column strip). 32-row chunks of V and C stream through a cp.async ring in
 // FP32; each chunk is split once per block into FP16 hi and lo planes in shared memory, from which every warp loads its
@@ -22,6 +23,7 @@
 #include "launch.cuh"
 #include "strip_copy.cuh"
 #include "tf32x3.cuh"
+#include "update_fp16.cuh"
 
 namespace {
 
@@ -374,16 +376,17 @@ extern "C" int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int
     return qr2_launch(column_scales_kernel, how, stream, "column_scales launch", a, rs, cs, bs, m, n, k_out);
 }
 
-extern "C" int qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc, int64_t c_bs,
-                                     const float* v, const float* c) {
+bool qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc, int64_t c_bs, const float* v,
+                           const float* c) {
     return w > 32 && w <= WV && mr % 4 == 0 && ldv % 4 == 0 && v_bs % 4 == 0 && ldc % 4 == 0 && c_bs % 4 == 0 &&
            (uintptr_t)v % 16 == 0 && (uintptr_t)c % 16 == 0;
 }
 
-extern "C" int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
-                                   const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
-                                   int64_t c_bs, const int* scale_exp, int64_t scale_bs, const int* zero_from,
-                                   int col0, const float* cf, int64_t cf_rs, int64_t cf_bs, void* stream) {
+int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
+                        const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
+                        const int* scale_exp, int64_t scale_bs, const int* zero_from, int col0, const float* cf,
+                        int64_t cf_rs, int64_t cf_bs, void* stream) {
+    if (batch <= 0 || nc <= 0 || mr <= 0) return 0;
     const int64_t strips = (nc + NT - 1) / NT;
     if (batch > INT_MAX / strips) return qr2_record_error("fp16 update launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
