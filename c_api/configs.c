@@ -96,8 +96,8 @@ int qr2_config_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_device
 /* ---- introspection ---- */
 
 /* Blocked configurations not yet measured against the rows above, so the policy never picks them: only forcing reaches
- * them (tests and tools). With lookahead (blocked.c), each its base row with lookahead set; with FP16 updates
- * (update_fp16.cu). */
+ * them (tests and tools). The lookahead rows (blocked.c) are their base rows with lookahead set; the FP16 rows run their
+ * 64-wide updates on FP16 tensor cores (update_fp16.cu). */
 static const qr2_config blocked_cholqr_nb32_lookahead = {"blocked_cholqr_nb32_lookahead", &blocked, 1, 32, 32,
     "blocked_cholqr_nb32 with lookahead", 1, 1, 0};
 static const qr2_config blocked_nb64_lookahead = {"blocked_nb64_lookahead", &blocked, 1, 64, 32,
