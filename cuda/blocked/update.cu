@@ -17,7 +17,7 @@
 
 #include "launch.cuh"
 #include "reduce.cuh"
-#include "strip_copy.cuh"
+#include "copies.cuh"
 #include "tf32x3.cuh"
 #include "update_fp16.cuh"
 
@@ -309,21 +309,6 @@ int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, in
 // g with columns along q (the V fragment of C += V W) hit 32 different banks.
 __device__ __forceinline__ int chunk_swizzle(int c) { return ((c & 3) << 3) | (c & 4); }
 __device__ __forceinline__ int chunk_at(int r, int c) { return c * KC + (r ^ chunk_swizzle(c)); }
-
-// Asynchronous copies global -> shared of 16 or 4 bytes; src_ok false writes zeros and reads nothing.
-template <int BYTES>
-__device__ __forceinline__ void copy_async(float* dst, const float* src, bool src_ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 16 : 0));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 4 : 0));
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int PENDING>
-__device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING));
-}
 
 template <int WMAX, int NT>
 struct WyUpdateShape {

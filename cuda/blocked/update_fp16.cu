@@ -21,7 +21,7 @@
 #include <limits.h>
 
 #include "launch.cuh"
-#include "strip_copy.cuh"
+#include "copies.cuh"
 #include "tf32x3.cuh"
 #include "update_fp16.cuh"
 
@@ -50,10 +50,6 @@ struct Smem {
 };
 static_assert(WV * LDW <= STAGES * 2 * NT * SC, "T is kept where the chunks were");
 
-__device__ __forceinline__ void copy16(float* dst, const float* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(ok ? 16 : 0));
-}
 
 // ldmatrix of 16-bit planes (tf32x3.cuh's ldsm_x4 takes any shared address), and transposed.
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const __half* p) {
@@ -123,7 +119,7 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
         S.s1[tid] = ldexpf(1.f, k / 2), S.s2[tid] = ldexpf(1.f, k - k / 2);
     }
 
-    // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i (from cf: strip_copy.cuh)
+    // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i (from cf: copies.cuh)
     static_assert(THREADS == 128, "four warps copy 32 columns of a row-major chunk at a time");
     const int lr = 4 * (tid & 7), lc = tid >> 3;
     const int chunks = (mr + KC - 1) / KC;
@@ -135,21 +131,21 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
             for (int i = 0; i < 4; ++i) {
                 const int col = lc + 16 * i;
                 const bool vok = row < mr && col < w, cok = row < mr && col < ncs;
-                copy16(st + col * SC + lr, vok ? v + (int64_t)col * ldv + row : v, vok);
-                if (!cf) copy16(st + NT * SC + col * SC + lr, cok ? c + (int64_t)col * ldc + row : c, cok);
+                copy_async<16>(st + col * SC + lr, vok ? v + (int64_t)col * ldv + row : v, vok);
+                if (!cf) copy_async<16>(st + NT * SC + col * SC + lr, cok ? c + (int64_t)col * ldc + row : c, cok);
             }
             if (cf)
                 copy_chunk_from_rows<KC, NT>(st + NT * SC, [](int r, int col) { return col * SC + r; }, cf, cf_rs,
                                              ch * KC, mr, ncs);
         }
-        asm volatile("cp.async.commit_group;");
+        copy_async_commit();
     };
     // body(ch, staged chunk) once the chunk's V (and, with split_c, its C) is in the planes
     auto stream = [&](bool split_c, auto&& body) {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) issue(s);
         for (int ch = 0; ch < chunks; ++ch) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
+            copy_async_wait<STAGES - 2>();
             __syncthreads();  // the chunk is in; every warp is done with the planes and the stage of the one before
             issue(ch + STAGES - 1);
             const float* st = S.stage[ch % STAGES][0];
@@ -162,7 +158,7 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
             __syncthreads();
             body(ch, st);
         }
-        asm volatile("cp.async.wait_group 0;");
+        copy_async_wait<0>();
         __syncthreads();
     };
 
