@@ -109,9 +109,11 @@ static const qr2_config blocked_cholqr_nb64_fp16 = {"blocked_cholqr_nb64_fp16", 
     0, 1};
 static const qr2_config blocked_nb64_fp16 = {"blocked_nb64_fp16", &blocked, 1, 64, 32,
     "blocked_nb64 with its 64-wide updates on FP16 tensor cores at FP32 accuracy", 0, 0, 1};
+static const qr2_config blocked_cholqr_nb64_fp16_lookahead = {"blocked_cholqr_nb64_fp16_lookahead", &blocked, 1, 64,
+    32, "blocked_cholqr_nb64_fp16 with lookahead", 1, 1, 1};
 static const qr2_config* const unmeasured[] = {&blocked_cholqr_nb32_lookahead, &blocked_nb64_lookahead,
                                                &blocked_nb32_lookahead, &blocked_cholqr_nb64_fp16,
-                                               &blocked_nb64_fp16};
+                                               &blocked_nb64_fp16, &blocked_cholqr_nb64_fp16_lookahead};
 
 static const qr2_config* by_name(const char* name) {
     for (int i = 0; name && i < CONFIG_COUNT; ++i)

@@ -65,6 +65,13 @@ def test_every_profile_in_whole_strips(route, case):
     check(generate_input(batch=40, n=512, cond=1000, seed=7 + len(case), case=case))
 
 
+# 2 x 1024: fewer than two 64-column strips a SM, so the FP16 routes split each update's rows over blocks.
+@pytest.mark.parametrize("route", FP16_ROUTES, indirect=True)
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_every_profile_in_split_rows(route, case):
+    check(generate_input(batch=2, n=1024, cond=1000, seed=7 + len(case), case=case))
+
+
 @pytest.mark.parametrize("route", FP16_ROUTES, indirect=True)
 def test_fp16_first_update_reads_a_row_major_input(route):
     """A row-major input's first update reads A and writes H; in whole strips the FP16 update does it, and copies zero
@@ -81,13 +88,14 @@ def test_fp16_first_update_reads_a_row_major_input(route):
 
 
 @pytest.mark.parametrize("route", FP16_ROUTES, indirect=True)
-@pytest.mark.parametrize("shape", [(400, 400), (600, 256)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_fp16_routes_differ_from_3xtf32_in_whole_strips(route, shape):
-    """At a batch of whole strips the FP16 routes' updates run on FP16: their bits differ from blocked_nb64's, whose
-    panels are theirs (all but the CholeskyQR route's past 512 rows, where the checker alone tests CholeskyQR panels
-    with FP16 updates). Both pass the checker."""
+@pytest.mark.parametrize("shape", [(400, 400), (600, 256), (1024, 1024)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_fp16_routes_differ_from_3xtf32(route, shape):
+    """The FP16 routes' updates run on FP16, in whole strips (a batch of two 64-column strips a SM) and with rows split
+    (two 1024 x 1024 matrices): their bits differ from blocked_nb64's, whose panels are theirs (all but the CholeskyQR
+    route's past 512 rows, where the checker alone tests CholeskyQR panels with FP16 updates). Both pass the
+    checker."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    A = torch.randn(2 * sms + 1, *shape, device="cuda")
+    A = torch.randn(2 if shape[0] > 1000 else 2 * sms + 1, *shape, device="cuda")
     H, tau = whole_matrix.factor(A)
     check(A, (H, tau))
     qr2_op._force_config("blocked_nb64")
@@ -264,7 +272,7 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
 # One fork a step that has a next panel and columns right of it; never where an update might call cuBLAS (over 4096
 # rows, fewer matrices than SMs). An update split in two may split its rows over blocks differently from the whole
 # one, so the bits may differ from the schedule without lookahead: the checker decides.
-NB = {"blocked_nb32": 32, "blocked_nb64": 64, "blocked_cholqr_nb32": 32}
+NB = {"blocked_nb32": 32, "blocked_nb64": 64, "blocked_cholqr_nb32": 32, "blocked_cholqr_nb64_fp16": 64}
 
 
 @pytest.fixture(params=list(NB))

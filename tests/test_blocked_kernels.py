@@ -332,12 +332,34 @@ def test_fp16_update_applies_q_transpose(mr, w, nc, extra, scale):
     assert not torch.equal(C, C3)
 
 
+# Fewer than two 64-column strips a SM: rows split over blocks (partial W's in C's scaled units, summed by the 3xTF32
+# update's reduce, then the apply) where there are rows to split (on an H200: 6, 15, 4 and 3 splits; the last split of
+# 1028 rows ends in a partial chunk), one launch of whole strips where there are not (4 x 300 x 130).
+SPLIT_SHAPES = [(2, 2048, 64, 2000), (1, 4000, 48, 130), (3, 1028, 64, 100), (8, 1024, 64, 1000), (4, 300, 64, 130)]
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])
+@pytest.mark.parametrize("batch,mr,w,nc", SPLIT_SHAPES, ids=str)
+def test_fp16_update_of_few_strips_applies_q_transpose(batch, mr, w, nc, scale):
+    """As test_fp16_update_applies_q_transpose, for batches of fewer than two 64-column strips a SM."""
+    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
+    C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
+    C3 = C.clone()
+    expected = _update(V64, tau, T64, C, True, _column_scales(C))
+    _update(V64, tau, T64, C3, True)
+    err = (C.double() - expected).abs().amax() / expected.abs().amax()
+    assert err < max(1e-5, mr * 2.0 ** -24), err
+    assert not torch.equal(C, C3)
+
+
+@pytest.mark.parametrize("form", ["whole_strips", "split_rows"])
 @pytest.mark.parametrize("columns", ["2^100_and_2^-70", "near_flt_max_and_1", "subnormal_and_1", "nan_and_1"])
-def test_fp16_update_scales_each_column_on_its_own(columns):
+def test_fp16_update_scales_each_column_on_its_own(columns, form):
     """As test_update_scales_each_column_on_its_own, on the FP16 update: each column within FP32's bound relative to
-    itself; a NaN stays in its column."""
-    mr, w, nc = 300, 64, 100
-    batch = _whole_strip_batch(nc)
+    itself; a NaN stays in its column. In whole strips, and with rows split (the partial W's of a column taken at its
+    own scale through the reduce)."""
+    mr, w, nc = (300, 64, 100) if form == "whole_strips" else (2000, 64, 200)
+    batch = _whole_strip_batch(nc) if form == "whole_strips" else 3
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C, True, _column_scales(C))

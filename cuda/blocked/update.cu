@@ -19,7 +19,7 @@
 #include "reduce.cuh"
 #include "copies.cuh"
 #include "tf32x3.cuh"
-#include "update_fp16.cuh"
+#include "update.cuh"
 
 #include <atomic>
 #include <type_traits>
@@ -321,31 +321,6 @@ struct WyUpdateShape {
     static constexpr int floats = STAGES * stage + NT * LDW;
     static_assert(WMAX * LDW <= STAGES * stage, "T is kept where the chunks were");
     static_assert(WARPS_J * (KC / (8 * NI3)) == UPDATE_THREADS / 32, "C's chunk is shared out among all warps");
-};
-
-// What one launch of wy_update_kernel does. whole: all of the update for a block's strip. Where strips alone leave
-// SMs idle (a few large matrices), the rows are split over blocks in three launches: partial_w (W_s = V_s^T C_s over
-// a block's rows, stored with a power-of-two scale per column), wy_reduce_kernel (W' = -T^T sum_s W_s, each column
-// normalised by a power of two 2^-E_j), apply (C_s += V_s W' 2^E over a block's rows).
-enum class WyPart { whole, partial_w, apply };
-
-// Where the split update keeps its partial W's, their scales, W' and its scales: for item (matrix, strip) =
-// b strips + strip and split s, W_s at part + (item splits + s) WMAX NT (W(k, j) at j WMAX + k), the scale exponent
-// of its column j at scale[(item splits + s) NT + j] (SCALE_ZERO: the column is exactly zero); W' at
-// wq + item WMAX NT, the exponent of its column j at e_of[item NT + j]. NT = 64 wherever rows are split.
-struct WySplitWork {
-    float* part;
-    int* scale;
-    float* wq;
-    int* e_of;
-};
-
-// Matrix b's columns of C from zero_from[b] - col0 on are exactly zero (qr2_update_args), or zero_from is null: the
-// update leaves their strips alone, since Q^T keeps a zero column zero.
-struct WyTail {
-    const int* zero_from;
-    int col0;
-    __device__ bool zero(int64_t b, int j0) const { return zero_from && col0 + j0 >= zero_from[b]; }
 };
 
 // C_strip -= V (T^T (V^T C_strip)) for the NT-column strip of each block (PART says which share of it).
@@ -773,24 +748,6 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
     }
 }
 
-// One update's geometry (see qr2_update_args), for a block of w <= UPDATE_W reflectors.
-struct WyArgs {
-    int64_t batch;
-    int mr, w, nc;
-    const float* v;
-    int64_t ldv, v_bs;
-    const float* t;
-    int64_t t_rs, t_cs, t_bs;  // T(r, c) at t[r t_rs + c t_cs]: T, or T^T to apply Q instead of Q^T
-    bool t_lower;              // whether that is T^T
-    float* c;
-    int64_t ldc, c_bs;
-    const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
-    int64_t cf_rs, cf_bs;
-    WyTail tail;
-    const int* scale_exp;  // qr2_update_args.scale_exp: the FP16 update may take the piece
-    int64_t scale_bs;
-};
-
 // One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
 // blocks of split_rows.
 template <int WMAX, int NT, WyPart PART>
@@ -837,17 +794,21 @@ int update_blocks_per_sm(const qr2_device* dev) {
     return blocks < 1 ? 1 : blocks;
 }
 
-// Row splits: 1 while 32-column strips give every SM two blocks; else as many splits of each 64-column strip as one
-// wave of the partial-W kernel holds (a second wave with a few blocks costs nearly as much as a full one: 2 x 4096
-// had 590 blocks for 528 places), each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per
-// strip walked all rows with SMs idle).
-int update_splits(int64_t batch, int mr, int nc, int per_sm, const qr2_device* dev) {
-    if (batch * ((nc + 31) / 32) >= 2 * (int64_t)dev->sms) return 1;
-    const int64_t items = batch * ((nc + 63) / 64);
+// Row splits of `items` (matrix, 64-column strip) pairs: as many splits of each strip as one wave of the partial-W
+// kernel holds (a second wave with a few blocks costs nearly as much as a full one: 2 x 4096 had 590 blocks for 528
+// places), each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per strip walked all rows with
+// SMs idle); 1 where that gives fewer than two.
+int row_splits(int64_t items, int mr, int per_sm, const qr2_device* dev) {
     int64_t s = per_sm * (int64_t)dev->sms / items;
     if (s > mr / SPLIT_MIN_ROWS) s = mr / SPLIT_MIN_ROWS;
     if (s > MAX_SPLITS) s = MAX_SPLITS;
     return s < 2 ? 1 : (int)s;
+}
+
+// The 3xTF32 update's row splits: 1 while 32-column strips give every SM two blocks.
+int update_splits(int64_t batch, int mr, int nc, int per_sm, const qr2_device* dev) {
+    if (batch * ((nc + 31) / 32) >= 2 * (int64_t)dev->sms) return 1;
+    return row_splits(batch * ((nc + 63) / 64), mr, per_sm, dev);
 }
 
 // Rows of one apply block: at most APPLY_ROWS, and the blocks as close below a whole number of waves as KC-row
@@ -860,20 +821,29 @@ int apply_rows(int64_t items, int mr, int per_sm, const qr2_device* dev) {
     return (int)((rows + KC - 1) / KC * KC);
 }
 
+// Rows of one partial W: splits of mr in whole chunks.
+int split_rows_of(int mr, int splits) { return ((mr + splits - 1) / splits + KC - 1) / KC * KC; }
+
+// The split update's middle launch: W' of every (matrix, 64-column strip) from its partial W's (split_rows rows each).
 template <int WMAX>
-int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_device* dev, void* stream) {
-    const int split_rows = ((a.mr + splits - 1) / splits + KC - 1) / KC * KC;
-    if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
+int launch_wy_reduce(const WyArgs& a, int split_rows, const WySplitWork& sw, void* stream) {
     const int64_t strips = (a.nc + 63) / 64;
     Qr2Launch how;
     how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)(a.batch * strips));
     how.block = dim3(REDUCE_THREADS);
-    if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
-                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw, a.tail))
-        return 1;
+    return qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
+                      (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw, a.tail);
+}
+
+template <int WMAX>
+int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_device* dev, void* stream) {
+    const int split_rows = split_rows_of(a.mr, splits);
+    if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
+    if (launch_wy_reduce<WMAX>(a, split_rows, sw, stream)) return 1;
     const int per_sm = update_blocks_per_sm<WMAX, true, WyPart::apply>(dev);
-    return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * strips, a.mr, per_sm, dev), sw, stream);
+    return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * ((a.nc + 63) / 64), a.mr, per_sm, dev),
+                                                     sw, stream);
 }
 
 // The split update's regions for `parts` partial W's of wmax x 64 (see split_floats).
@@ -886,8 +856,35 @@ WySplitWork split_work(float* base, int64_t parts, int wmax, const qr2_device* d
     return sw;
 }
 
+// The split update reads C in place: a row-major source is copied into it first.
+int source_into_c(const WyArgs& a, void* stream) {
+    return a.cf && qr2_transpose_run(a.cf, a.cf_rs, 1, a.cf_bs, a.c, a.ldc, a.c_bs, a.mr, a.nc, a.batch, stream);
+}
+
+// The FP16 update (update_fp16.cu), for blocks of 33 to 64 reflectors: one launch of whole 64-column strips, or where
+// those give fewer than two blocks an SM, the rows split as split_update splits them, with wy_reduce_kernel between
+// its two parts. (Whole strips below two blocks an SM, and the split itself, are not yet measured against 3xTF32.)
+int fp16_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
+    const int64_t items = a.batch * ((a.nc + 63) / 64);
+    int per_sm = qr2_update_fp16_blocks_per_sm(dev);
+    if (per_sm > SPLIT_WAVE_BLOCKS) per_sm = SPLIT_WAVE_BLOCKS;
+    const int splits = items < 2 * (int64_t)dev->sms ? row_splits(items, a.mr, per_sm, dev) : 1;
+    const WySplitWork sw = split_work(split_base, items * splits, 64, dev);
+    if (splits == 1) return qr2_update_fp16_run(a, WyPart::whole, a.mr, sw, stream);
+    if (source_into_c(a, stream)) return 1;
+    WyArgs in_c = a;
+    in_c.cf = nullptr;
+    const int split_rows = split_rows_of(a.mr, splits);
+    if (qr2_update_fp16_run(in_c, WyPart::partial_w, split_rows, sw, stream)) return 1;
+    if (launch_wy_reduce<64>(in_c, split_rows, sw, stream)) return 1;
+    return qr2_update_fp16_run(in_c, WyPart::apply, apply_rows(items, a.mr, per_sm, dev), sw, stream);
+}
+
 // 64-column strips; 32 where 64 would leave fewer than two blocks per SM and rows are too few to split.
 int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
+    if (a.scale_exp && !a.t_lower && a.nc > 32 &&
+        qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
+        return fp16_update(a, split_base, dev, stream);
     const int wmax = a.w <= 32 ? 32 : 64;
     const bool few = a.batch * ((a.nc + 31) / 32) < 2 * (int64_t)dev->sms;  // only then may rows be split
     const int per_sm = !few ? 0
@@ -896,19 +893,13 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
     const int splits = update_splits(a.batch, a.mr, a.nc, per_sm, dev);
     const WySplitWork sw = split_work(split_base, a.batch * ((a.nc + 63) / 64) * splits, wmax, dev);
     if (splits > 1) {
-        WyArgs in_c = a;  // the split update reads C in place
-        if (a.cf && qr2_transpose_run(a.cf, a.cf_rs, 1, a.cf_bs, a.c, a.ldc, a.c_bs, a.mr, a.nc, a.batch, stream))
-            return 1;
+        if (source_into_c(a, stream)) return 1;
+        WyArgs in_c = a;
         in_c.cf = nullptr;
         return wmax == 32 ? split_update<32>(in_c, splits, sw, dev, stream)
                           : split_update<64>(in_c, splits, sw, dev, stream);
     }
     const bool narrow = a.nc <= 32 || a.batch * ((a.nc + 63) / 64) < 2 * (int64_t)dev->sms;
-    if (a.scale_exp && !narrow && !a.t_lower &&
-        qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
-        return qr2_update_fp16_run(a.batch, a.mr, a.w, a.nc, a.v, a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c,
-                                   a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail.zero_from, a.tail.col0, a.cf,
-                                   a.cf_rs, a.cf_bs, stream);
     if (a.w <= 32) {
         if (narrow) return launch_wy_update<32, 32, WyPart::whole>(a, a.mr, sw, stream);
         return launch_wy_update<32, 64, WyPart::whole>(a, a.mr, sw, stream);

@@ -17,13 +17,19 @@
 // fragments by ldmatrix: V^T and C for W = V^T C as they lie, and V^T for C^T += W'^T V^T by ldmatrix.trans (16-bit
 // elements only, so no transposing loads remain). W' is split once into registers. tools/bench/fp16_update_bench.cu
 // times the kernel alone; tools/fp16_update_lanes.py checks its fragment addressing on the CPU.
+//
+// A few large matrices split the rows over blocks as update.cu's split update does (WyPart), in the formats of its
+// wy_reduce_kernel, which sums the partial W's and computes W' = -T^T W in between: partial_w stores W_s in C's
+// scaled units with the exponent that undoes them, apply reads W' and its exponents.
 #include <cuda_fp16.h>
 #include <limits.h>
+
+#include <atomic>
 
 #include "launch.cuh"
 #include "copies.cuh"
 #include "tf32x3.cuh"
-#include "update_fp16.cuh"
+#include "update.cuh"
 
 namespace {
 
@@ -47,6 +53,7 @@ struct Smem {
     float ws[NT * LDW];               // W, then W' (W(k, j) at j LDW + k), in C's scaled units
     float s1[NT], s2[NT];             // 2^k_j in two factors (k_j may pass FP32's exponent range)
     float wsc[NT];                    // W''s column scales
+    float u1[NT], u2[NT];             // the update's factor, per column, in two
 };
 static_assert(WV * LDW <= STAGES * 2 * NT * SC, "T is kept where the chunks were");
 
@@ -79,7 +86,8 @@ __device__ __forceinline__ void split2(float x, float y, uint32_t& hi, uint32_t&
 }
 
 // Four consecutive rows of a staged column, scaled by a b and split into the planes.
-__device__ __forceinline__ void split_rows(const float* src, float a, float b, __half* hi, __half* lo, int c, int r) {
+__device__ __forceinline__ void split_into_planes(const float* src, float a, float b, __half* hi, __half* lo, int c,
+                                                  int r) {
     const float4 x = *reinterpret_cast<const float4*>(src);
     uint2 h, l;
     split2(x.x * a * b, x.y * a * b, h.x, l.x);
@@ -88,35 +96,44 @@ __device__ __forceinline__ void split_rows(const float* src, float a, float b, _
     *reinterpret_cast<uint2*>(lo + plane_at(c, r)) = l;
 }
 
-// C_strip -= V (T^T (V^T C_strip)) for the 64-column strip of each block (block x: matrix x / strips). V: mr x w
-// (w <= 64), T: w x w at t[r t_rs + c t_cs], C: mr x nc column-major; rows, leading dimensions and strides multiples
-// of four floats, pointers 16-byte aligned. Column j of C is scaled by 2^scale_exp[b scale_bs + col0 + j]; a strip
-// from zero_from[b] - col0 on (zero_from not NULL) is exactly zero and left alone. cf (not NULL): C's entries are read
-// from the row-major cf (element (i, j) of matrix b at cf[b cf_bs + i cf_rs + j]: the input, in the first update) and
-// all of the strip is written into c, a zero strip or one whose W is zero as it is (update.cu's FROM).
-__global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, int mr, int w, int nc, const float* v,
-                                                              int64_t ldv, int64_t v_bs, const float* t, int64_t t_rs,
-                                                              int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
-                                                              int64_t c_bs, const int* scale_exp, int64_t scale_bs,
-                                                              const int* zero_from, int col0, const float* cf,
-                                                              int64_t cf_rs, int64_t cf_bs) {
+// PART of C_strip -= V (T^T (V^T C_strip)) for the 64-column strip of each block (block x: matrix x / (strips splits),
+// strip x / splits % strips, rows (x % splits) split_rows .. + split_rows). V: mr x w (w <= 64), T: w x w at
+// t[r t_rs + c t_cs], C: mr x nc column-major; rows, leading dimensions and strides multiples of four floats, pointers
+// 16-byte aligned. Column j of C is scaled by 2^scale_exp[b scale_bs + tail.col0 + j]; the strips tail marks zero are
+// left alone. cf (whole only; not NULL): C's entries are read from the row-major cf (element (i, j) of matrix b at
+// cf[b cf_bs + i cf_rs + j]: the input, in the first update) and all of the strip is written into c, a zero strip or
+// one whose W is zero as it is (update.cu's FROM). partial_w stores W_s = V_s^T C_s in C's scaled units (times
+// 2^(14 + k_j)) with exponent -(14 + k_j); apply adds V_s W' with W' and its exponents from wy_reduce_kernel.
+template <WyPart PART>
+__global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, int splits, int split_rows, int mr,
+                                                              int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
+                                                              const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs,
+                                                              float* c, int64_t ldc, int64_t c_bs,
+                                                              const int* scale_exp, int64_t scale_bs, WyTail tail,
+                                                              const float* cf, int64_t cf_rs, int64_t cf_bs,
+                                                              WySplitWork sw) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ float4 smem4[];
     Smem& S = *reinterpret_cast<Smem*>(smem4);
-    const int64_t b = blockIdx.x / strips;
-    const int j0 = (int)(blockIdx.x - b * strips) * NT, ncs = min(NT, nc - j0);
-    v += b * v_bs;
+    const int64_t item = blockIdx.x / splits;  // (matrix, strip)
+    const int split = (int)(blockIdx.x - item * splits);
+    const int64_t b = item / strips;
+    const int j0 = (int)(item - b * strips) * NT, ncs = min(NT, nc - j0);
+    const int r0 = split * split_rows;
+    mr = min(split_rows, mr - r0);  // this block's rows r0 .. + mr
+    v += b * v_bs + r0;
     t += b * t_bs;
-    c += b * c_bs + (int64_t)j0 * ldc;
-    if (cf) cf += b * cf_bs + j0;
+    c += b * c_bs + (int64_t)j0 * ldc + r0;
+    if (cf) cf += b * cf_bs + j0;  // whole only: r0 = 0
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-    if (zero_from && col0 + j0 >= zero_from[b]) {  // a strip of zeros: from a row-major source, copied as it is
+    if (tail.zero(b, j0)) {  // a strip of zeros: from a row-major source, copied as it is
         if (cf) copy_strip_from_rows(reinterpret_cast<float(*)[33]>(smem4), cf, cf_rs, c, ldc, mr, ncs);
         return;
     }
-    if (tid < NT) {
-        const int k = tid < ncs ? scale_exp[b * scale_bs + col0 + j0 + tid] : 0;
-        S.s1[tid] = ldexpf(1.f, k / 2), S.s2[tid] = ldexpf(1.f, k - k / 2);
+    int k_exp = 0;  // this thread's column's scale exponent (tid < NT)
+    if (PART != WyPart::apply && tid < NT) {
+        k_exp = tid < ncs ? scale_exp[b * scale_bs + tail.col0 + j0 + tid] : 0;
+        S.s1[tid] = ldexpf(1.f, k_exp / 2), S.s2[tid] = ldexpf(1.f, k_exp - k_exp / 2);
     }
 
     // copies and splits: thread tid takes rows 4 (tid % 8) .. + 4 of columns tid / 8 + 16 i (from cf: copies.cuh)
@@ -152,8 +169,9 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int col = lc + 16 * i;
-                split_rows(st + col * SC + lr, V_SCALE, 1.f, S.vh, S.vl, col, lr);
-                if (split_c) split_rows(st + NT * SC + col * SC + lr, S.s1[col], S.s2[col], S.ch, S.cl, col, lr);
+                split_into_planes(st + col * SC + lr, V_SCALE, 1.f, S.vh, S.vl, col, lr);
+                if (split_c)
+                    split_into_planes(st + NT * SC + col * SC + lr, S.s1[col], S.s2[col], S.ch, S.cl, col, lr);
             }
             __syncthreads();
             body(ch, st);
@@ -162,91 +180,127 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
         __syncthreads();
     };
 
-    // ---- W = V^T C: warp (wm, wn) owns W's rows 32 wm .. + 32 (two m16 tiles) and columns 32 wn .. + 32 (four n8)
-    const int wm = warp & 1, wn = warp >> 1;
-    float big[2][4][4] = {}, small[2][4][4] = {};
-    {
-        // ldmatrix rows of this lane: A (V^T: rows w, k along the chunk) from matrix l / 8 = rows + 8 (l / 8 & 1),
-        // k + 8 (l / 16); B (C: rows j, k along the chunk) from matrix l / 8 = columns + 8 (l / 16), k + 8 (l / 8 & 1)
-        const int mi = lane >> 3, ra = (lane & 7) + 8 * (mi & 1), ka = 8 * (mi >> 1);
-        const int rb = (lane & 7) + 8 * (mi >> 1), kb = 8 * (mi & 1);
-        stream(true, [&](int, const float*) {
+    bool keep = false;  // W is zero: the strip's entries are stored unchanged (cf)
+    if constexpr (PART != WyPart::apply) {
+        // ---- W = V^T C: warp (wm, wn) owns W's rows 32 wm .. + 32 (two m16 tiles) and columns 32 wn .. + 32 (four n8)
+        const int wm = warp & 1, wn = warp >> 1;
+        float big[2][4][4] = {}, small[2][4][4] = {};
+        {
+            // ldmatrix rows of this lane: A (V^T: rows w, k along the chunk) from matrix l / 8 = rows + 8 (l / 8 & 1),
+            // k + 8 (l / 16); B (C: rows j, k along the chunk) from matrix l / 8 = columns + 8 (l / 16),
+            // k + 8 (l / 8 & 1)
+            const int mi = lane >> 3, ra = (lane & 7) + 8 * (mi & 1), ka = 8 * (mi >> 1);
+            const int rb = (lane & 7) + 8 * (mi >> 1), kb = 8 * (mi & 1);
+            stream(true, [&](int, const float*) {
 #pragma unroll
-            for (int k16 = 0; k16 < KC / 16; ++k16) {
-                uint32_t ah[2][4], al[2][4], bh[2][4], bl[2][4];
+                for (int k16 = 0; k16 < KC / 16; ++k16) {
+                    uint32_t ah[2][4], al[2][4], bh[2][4], bl[2][4];
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    const int at = plane_at(32 * wm + 16 * mt + ra, 16 * k16 + ka);
-                    ldsm4(ah[mt], S.vh + at);
-                    ldsm4(al[mt], S.vl + at);
-                }
-#pragma unroll
-                for (int np = 0; np < 2; ++np) {  // n8 tiles 2 np and 2 np + 1
-                    const int at = plane_at(32 * wn + 16 * np + rb, 16 * k16 + kb);
-                    ldsm4(bh[np], S.ch + at);
-                    ldsm4(bl[np], S.cl + at);
-                }
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        const uint32_t* h = bh[nt >> 1];
-                        const uint32_t* l = bl[nt >> 1];
-                        const int o = 2 * (nt & 1);
-                        mma16(small[mt][nt], al[mt], h[o], h[o + 1]);
-                        mma16(small[mt][nt], ah[mt], l[o], l[o + 1]);
-                        mma16(big[mt][nt], ah[mt], h[o], h[o + 1]);
+                    for (int mt = 0; mt < 2; ++mt) {
+                        const int at = plane_at(32 * wm + 16 * mt + ra, 16 * k16 + ka);
+                        ldsm4(ah[mt], S.vh + at);
+                        ldsm4(al[mt], S.vl + at);
                     }
-            }
-        });
-    }
-    // W exactly zero: C += V (T^T W) would add zeros, so the strip keeps its bits (negative zeros too) without the
-    // second pass; exact zero tails and reduced columns cost one read (as in update.cu)
-    bool nonzero = false;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+                    for (int np = 0; np < 2; ++np) {  // n8 tiles 2 np and 2 np + 1
+                        const int at = plane_at(32 * wn + 16 * np + rb, 16 * k16 + kb);
+                        ldsm4(bh[np], S.ch + at);
+                        ldsm4(bl[np], S.cl + at);
+                    }
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+                    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) nonzero |= big[mt][nt][e] != 0.f || small[mt][nt][e] != 0.f;
-    const bool keep = !__syncthreads_or(nonzero);
-    if (keep && !cf) return;
-    // warp (wm, wn)'s 32 x 32 tile of big + small, times f, into shared memory: W(k, j) at j LDW + k
-    auto put_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], float f) {
+                        for (int nt = 0; nt < 4; ++nt) {
+                            const uint32_t* h = bh[nt >> 1];
+                            const uint32_t* l = bl[nt >> 1];
+                            const int o = 2 * (nt & 1);
+                            mma16(small[mt][nt], al[mt], h[o], h[o + 1]);
+                            mma16(small[mt][nt], ah[mt], l[o], l[o + 1]);
+                            mma16(big[mt][nt], ah[mt], h[o], h[o + 1]);
+                        }
+                }
+            });
+        }
+        if constexpr (PART == WyPart::partial_w) {  // W_s in C's scaled units, and the exponent that undoes them
+            float* out = sw.part + (item * splits + split) * (WV * NT);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
+                        out[j * WV + i] = big[mt][nt][e] + small[mt][nt][e];
+                    }
+            if (tid < NT) sw.scale[(item * splits + split) * NT + tid] = -(14 + k_exp);
+            return;
+        }
+        // W exactly zero: C += V (T^T W) would add zeros, so the strip keeps its bits (negative zeros too) without the
+        // second pass; exact zero tails and reduced columns cost one read (as in update.cu)
+        bool nonzero = false;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
-                    S.ws[j * LDW + i] = (hi[mt][nt][e] + lo[mt][nt][e]) * f;
-                }
-    };
-    // W in C's scaled units; T into the stage area, T(r, cc) at cc LDW + r
-    put_w(big, small, 1.f / V_SCALE);
-    float* Ts = S.stage[0][0];
-    for (int idx = tid; idx < WV * WV; idx += THREADS) {
-        const int r = idx % WV, cc = idx / WV;
-        Ts[cc * LDW + r] = r < w && cc < w ? t[r * t_rs + cc * t_cs] : 0.f;
-    }
-    __syncthreads();
+                for (int e = 0; e < 4; ++e) nonzero |= big[mt][nt][e] != 0.f || small[mt][nt][e] != 0.f;
+        keep = !__syncthreads_or(nonzero);
+        if (keep && !cf) return;
+        // warp (wm, wn)'s 32 x 32 tile of big + small, times f, into shared memory: W(k, j) at j LDW + k
+        auto put_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], float f) {
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
+                        S.ws[j * LDW + i] = (hi[mt][nt][e] + lo[mt][nt][e]) * f;
+                    }
+        };
+        // W in C's scaled units; T into the stage area, T(r, cc) at cc LDW + r
+        put_w(big, small, 1.f / V_SCALE);
+        float* Ts = S.stage[0][0];
+        for (int idx = tid; idx < WV * WV; idx += THREADS) {
+            const int r = idx % WV, cc = idx / WV;
+            Ts[cc * LDW + r] = r < w && cc < w ? t[r * t_rs + cc * t_cs] : 0.f;
+        }
+        __syncthreads();
 
-    // ---- W' = -T^T W in 3xTF32 (update.cu's tiling: warp (wm, wn), rows 32 wm, columns 32 wn)
-    {
-        float tb[2][4][4] = {}, tsm[2][4][4] = {};
-        tf32x3_warp_tile<2, 4, WV / 8>(
-            tb, tsm, [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
-            [&](int nt, int ks) { return tf32x3_b_ldsm(S.ws + (32 * wn + 8 * nt) * LDW + 8 * ks, LDW, lane); });
-        __syncthreads();
-        put_w(tb, tsm, -1.f);
-        __syncthreads();
+        // ---- W' = -T^T W in 3xTF32 (update.cu's tiling: warp (wm, wn), rows 32 wm, columns 32 wn)
+        {
+            float tb[2][4][4] = {}, tsm[2][4][4] = {};
+            tf32x3_warp_tile<2, 4, WV / 8>(
+                tb, tsm,
+                [&](int mt, int ks) { return tf32x3_a_ldsm(Ts + (32 * wm + 16 * mt) * LDW + 8 * ks, LDW, lane); },
+                [&](int nt, int ks) { return tf32x3_b_ldsm(S.ws + (32 * wn + 8 * nt) * LDW + 8 * ks, LDW, lane); });
+            __syncthreads();
+            put_w(tb, tsm, -1.f);
+            __syncthreads();
+        }
+    } else {  // W' from wy_reduce_kernel (the true one: wq's column j times 2^e_of[j]), or nothing to add
+        const float* wq = sw.wq + item * (WV * NT);
+        bool nonzero = false;
+        for (int idx = tid; idx < WV * NT; idx += THREADS) {
+            const float x = wq[idx];
+            S.ws[(idx / WV) * LDW + idx % WV] = x;
+            nonzero |= x != 0.f;
+        }
+        if (!__syncthreads_or(nonzero)) return;  // the rows keep their bits
     }
-    // W''s column scales: its largest entry into [2^13, 2^14) (1 for a zero or non-finite column)
+    // W''s column scales: its largest entry into [2^13, 2^14) (1 for a zero or non-finite column); the update's factor
+    // in two (u1 u2: one rounding, in the fma), from V's, W''s and C's scales (whole) or W''s exponent (apply)
     if (tid < NT) {
         float m = 0.f;
         for (int k = 0; k < WV; ++k) m = fmaxf(m, fabsf(S.ws[tid * LDW + k]));
-        S.wsc[tid] = m > 0.f && isfinite(m) ? ldexpf(1.f, min(max(13 - ilogbf(m), -126), 126)) : 1.f;
+        const int e = m > 0.f && isfinite(m) ? min(max(13 - ilogbf(m), -126), 126) : 0;
+        S.wsc[tid] = ldexpf(1.f, e);
+        if constexpr (PART == WyPart::apply) {
+            const int x = sw.e_of[item * NT + tid] - 14 - e;
+            S.u1[tid] = ldexpf(1.f, x / 2), S.u2[tid] = ldexpf(1.f, x - x / 2);
+        } else {
+            S.u1[tid] = 1.f / (V_SCALE * S.wsc[tid] * S.s1[tid]), S.u2[tid] = 1.f / S.s2[tid];
+        }
     }
     __syncthreads();
 
@@ -262,12 +316,8 @@ __global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, in
             const float2 x = *reinterpret_cast<const float2*>(S.ws + j * LDW + k);
             split2(x.x * S.wsc[j], x.y * S.wsc[j], wh[k16][r], wl[k16][r]);
         }
-    // the update in C's units: u 2^-14 / wsc_j / 2^k_j, the last factor in two (one rounding, in the fma)
     float f1[2], f2[2];
-    for (int h = 0; h < 2; ++h) {
-        const int j = j3 + g + 8 * h;
-        f1[h] = 1.f / (V_SCALE * S.wsc[j] * S.s1[j]), f2[h] = 1.f / S.s2[j];
-    }
+    for (int h = 0; h < 2; ++h) f1[h] = S.u1[j3 + g + 8 * h], f2[h] = S.u2[j3 + g + 8 * h];
     float* ccol[2];  // this lane's columns j3 + g and + 8 (column 0 for one past the strip: never stored)
     for (int h = 0; h < 2; ++h) ccol[h] = c + (int64_t)(j3 + g + 8 * h < ncs ? j3 + g + 8 * h : 0) * ldc;
     // ldmatrix.trans rows: w = k + (l / 8 & 1) 8 + l % 8, chunk rows i + 8 (l / 16)
@@ -378,19 +428,40 @@ bool qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc
            (uintptr_t)v % 16 == 0 && (uintptr_t)c % 16 == 0;
 }
 
-int qr2_update_fp16_run(int64_t batch, int mr, int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
-                        const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc, int64_t c_bs,
-                        const int* scale_exp, int64_t scale_bs, const int* zero_from, int col0, const float* cf,
-                        int64_t cf_rs, int64_t cf_bs, void* stream) {
-    if (batch <= 0 || nc <= 0 || mr <= 0) return 0;
-    const int64_t strips = (nc + NT - 1) / NT;
-    if (batch > INT_MAX / strips) return qr2_record_error("fp16 update launch", "more than 2^31 - 1 thread blocks");
+int qr2_update_fp16_run(const WyArgs& a, WyPart part, int split_rows, const WySplitWork& sw, void* stream) {
+    if (a.batch <= 0 || a.nc <= 0 || a.mr <= 0) return 0;
+    const int64_t strips = (a.nc + NT - 1) / NT;
+    const int splits = (a.mr + split_rows - 1) / split_rows;
+    if (a.batch > INT_MAX / strips / splits)
+        return qr2_record_error("fp16 update launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
     how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
-    how.grid = dim3((unsigned)(batch * strips));
+    how.grid = dim3((unsigned)(a.batch * strips * splits));
     how.block = dim3(THREADS);
     how.smem = sizeof(Smem);
     how.smem_limit = how.smem;
-    return qr2_launch(fp16_update_kernel, how, stream, "fp16 update launch", strips, mr, w, nc, v, ldv, v_bs, t, t_rs,
-                      t_cs, t_bs, c, ldc, c_bs, scale_exp, scale_bs, zero_from, col0, cf, cf_rs, cf_bs);
+    auto kernel = part == WyPart::whole       ? fp16_update_kernel<WyPart::whole>
+                  : part == WyPart::partial_w ? fp16_update_kernel<WyPart::partial_w>
+                                              : fp16_update_kernel<WyPart::apply>;
+    const float* cf = part == WyPart::whole ? a.cf : nullptr;
+    return qr2_launch(kernel, how, stream, "fp16 update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v,
+                      a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail,
+                      cf, a.cf_rs, a.cf_bs, sw);
+}
+
+int qr2_update_fp16_blocks_per_sm(const qr2_device* dev) {
+    static std::atomic<int> regs{-1};
+    if (regs.load(std::memory_order_relaxed) < 0) {
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, fp16_update_kernel<WyPart::partial_w>) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 3;  // what its shared memory allows an H200 SM
+        }
+        regs.store(fa.numRegs, std::memory_order_relaxed);
+    }
+    const int per_thread = (regs.load(std::memory_order_relaxed) + 7) / 8 * 8;  // allocated in eights
+    const int by_regs = 65536 / (per_thread * THREADS);
+    const int by_smem = (dev->smem_optin + 1024) / ((int)sizeof(Smem) + 1024);
+    const int blocks = by_regs < by_smem ? by_regs : by_smem;
+    return blocks < 1 ? 1 : blocks;
 }

@@ -117,16 +117,21 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(dK, ks.data(), ks.size() * 4, cudaMemcpyHostToDevice));
 
     const size_t smem = sizeof(Smem);
-    CHECK(cudaFuncSetAttribute(fp16_update_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const auto kernel = fp16_update_kernel<WyPart::whole>;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp16_update_kernel, THREADS, smem));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, smem));
     cudaFuncAttributes fa;
-    CHECK(cudaFuncGetAttributes(&fa, fp16_update_kernel));
+    CHECK(cudaFuncGetAttributes(&fa, kernel));
     const dim3 grid(batch * ((nc + NT - 1) / NT));
+    WyArgs args{};
+    args.batch = batch, args.mr = mr, args.w = WV, args.nc = nc;
+    args.v = dV, args.ldv = mr, args.v_bs = (int64_t)mr * WV;
+    args.t = dT, args.t_rs = 1, args.t_cs = WV, args.t_bs = WV * WV;
+    args.c = dC, args.ldc = mr, args.c_bs = (int64_t)mr * nc;
+    args.scale_exp = dK, args.scale_bs = nc;
     auto launch = [&] {
-        if (qr2_update_fp16_run(batch, mr, WV, nc, dV, mr, (int64_t)mr * WV, dT, 1, WV, WV * WV, dC, mr,
-                                (int64_t)mr * nc, dK, nc, nullptr, 0, nullptr, 0, 0, nullptr))
-            exit(1);
+        if (qr2_update_fp16_run(args, WyPart::whole, mr, WySplitWork{}, nullptr)) exit(1);
     };
     CHECK(cudaMemcpy(dC, dC0, C.size() * 4, cudaMemcpyDeviceToDevice));
     launch();
