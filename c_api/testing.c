@@ -60,6 +60,13 @@ QR2_EXPORT int64_t qr2_test_update_work_floats(int64_t batch, int mr, int w, int
     return batch * qr2_update_work_floats(w, nc) + qr2_update_split_floats(mr, nc, w, batch, &dev);
 }
 
+/* Row splits of the FP16 update of mr x nc pieces of C in a batch, on this device (1: whole strips). */
+QR2_EXPORT int qr2_test_update_fp16_splits(int64_t batch, int mr, int nc, int device) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return -1;
+    return qr2_update_fp16_splits(batch, mr, nc, &dev);
+}
+
 /* C (mr x nc, ld mr, mr*nc apart) -= V (T^T (V^T C)) for V (mr x w, ld mr, mr*w apart), with T (w x w, w*w apart)
  * when t is not NULL, else T built from V and tau (w apart); scale_exp (nc apart, or NULL): C's column scales for the
  * FP16 update (qr2_test_column_scales). */

@@ -23,6 +23,7 @@ for _name, _res, _args in [
     ("qr2_test_panel_work_floats", _i64, [_i64, _i64, _int]),
     ("qr2_test_panel", _int, [_str, _i64, _int, _int, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_update_work_floats", _i64, [_i64, _int, _int, _int, _int]),
+    ("qr2_test_update_fp16_splits", _int, [_i64, _int, _int, _int]),
     ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p, _p]),
     ("qr2_test_column_scales", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p]),
@@ -332,21 +333,31 @@ def test_fp16_update_applies_q_transpose(mr, w, nc, extra, scale):
     assert not torch.equal(C, C3)
 
 
+def _fp16_splits(batch, mr, nc):
+    return _lib.qr2_test_update_fp16_splits(batch, mr, nc, torch.cuda.current_device())
+
+
 # Fewer than two 64-column strips a SM: rows split over blocks (partial W's in C's scaled units, summed by the 3xTF32
 # update's reduce, then the apply) where there are rows to split (on an H200: 6, 15, 4 and 3 splits; the last split of
-# 1028 rows ends in a partial chunk), one launch of whole strips where there are not (4 x 300 x 130).
-SPLIT_SHAPES = [(2, 2048, 64, 2000), (1, 4000, 48, 130), (3, 1028, 64, 100), (8, 1024, 64, 1000), (4, 300, 64, 130)]
+# 1028 rows ends in a partial chunk), one launch of whole strips where there are not (4 x 300 x 130). A GPU whose SM
+# count gives a shape the other form skips it.
+SPLIT_SHAPES = [(2, 2048, 64, 2000, "split"), (1, 4000, 48, 130, "split"), (3, 1028, 64, 100, "split"),
+                (8, 1024, 64, 1000, "split"), (4, 300, 64, 130, "whole")]
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** -120, 2.0 ** 100], ids=["unit", "tiny", "huge"])
-@pytest.mark.parametrize("batch,mr,w,nc", SPLIT_SHAPES, ids=str)
-def test_fp16_update_of_few_strips_applies_q_transpose(batch, mr, w, nc, scale):
-    """As test_fp16_update_applies_q_transpose, for batches of fewer than two 64-column strips a SM."""
+@pytest.mark.parametrize("given_t", [False, True], ids=["t_from_gram", "t_given"])
+@pytest.mark.parametrize("batch,mr,w,nc,form", SPLIT_SHAPES, ids=str)
+def test_fp16_update_of_few_strips_applies_q_transpose(batch, mr, w, nc, form, given_t, scale):
+    """As test_fp16_update_applies_q_transpose, for batches of fewer than two 64-column strips a SM, T given or built
+    from V's Gram matrix (whose partial sums share the split region with the partial W's)."""
+    if (_fp16_splits(batch, mr, nc) > 1) != (form == "split"):
+        pytest.skip("this GPU's SM count takes the other form")
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
     C3 = C.clone()
-    expected = _update(V64, tau, T64, C, True, _column_scales(C))
-    _update(V64, tau, T64, C3, True)
+    expected = _update(V64, tau, T64, C, given_t, _column_scales(C))
+    _update(V64, tau, T64, C3, given_t)
     err = (C.double() - expected).abs().amax() / expected.abs().amax()
     assert err < max(1e-5, mr * 2.0 ** -24), err
     assert not torch.equal(C, C3)
@@ -360,6 +371,7 @@ def test_fp16_update_scales_each_column_on_its_own(columns, form):
     own scale through the reduce)."""
     mr, w, nc = (300, 64, 100) if form == "whole_strips" else (2000, 64, 200)
     batch = _whole_strip_batch(nc) if form == "whole_strips" else 3
+    assert (_fp16_splits(batch, mr, nc) > 1) == (form == "split_rows")
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C, True, _column_scales(C))

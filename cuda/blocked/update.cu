@@ -864,11 +864,19 @@ int source_into_c(const WyArgs& a, void* stream) {
 // The FP16 update (update_fp16.cu), for blocks of 33 to 64 reflectors: one launch of whole 64-column strips, or where
 // those give fewer than two blocks an SM, the rows split as split_update splits them, with wy_reduce_kernel between
 // its two parts. (Whole strips below two blocks an SM, and the split itself, are not yet measured against 3xTF32.)
+int fp16_blocks_per_sm(const qr2_device* dev) {
+    const int per_sm = qr2_update_fp16_blocks_per_sm(dev);
+    return per_sm < SPLIT_WAVE_BLOCKS ? per_sm : SPLIT_WAVE_BLOCKS;
+}
+
+int fp16_splits(int64_t items, int mr, const qr2_device* dev) {
+    return items < 2 * (int64_t)dev->sms ? row_splits(items, mr, fp16_blocks_per_sm(dev), dev) : 1;
+}
+
 int fp16_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
     const int64_t items = a.batch * ((a.nc + 63) / 64);
-    int per_sm = qr2_update_fp16_blocks_per_sm(dev);
-    if (per_sm > SPLIT_WAVE_BLOCKS) per_sm = SPLIT_WAVE_BLOCKS;
-    const int splits = items < 2 * (int64_t)dev->sms ? row_splits(items, a.mr, per_sm, dev) : 1;
+    const int per_sm = fp16_blocks_per_sm(dev);
+    const int splits = fp16_splits(items, a.mr, dev);
     const WySplitWork sw = split_work(split_base, items * splits, 64, dev);
     if (splits == 1) return qr2_update_fp16_run(a, WyPart::whole, a.mr, sw, stream);
     if (source_into_c(a, stream)) return 1;
@@ -944,6 +952,10 @@ extern "C" int64_t qr2_update_work_floats(int w, int nc) {
 
 extern "C" int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
     return split_floats(m, n, w, batch, dev);
+}
+
+extern "C" int qr2_update_fp16_splits(int64_t batch, int mr, int nc, const qr2_device* dev) {
+    return fp16_splits(batch * ((nc + 63) / 64), mr, dev);
 }
 
 extern "C" int qr2_update_may_use_blas(int64_t m, int64_t batch, const qr2_device* dev) {

@@ -105,13 +105,11 @@ __device__ __forceinline__ void split_into_planes(const float* src, float a, flo
 // one whose W is zero as it is (update.cu's FROM). partial_w stores W_s = V_s^T C_s in C's scaled units (times
 // 2^(14 + k_j)) with exponent -(14 + k_j); apply adds V_s W' with W' and its exponents from wy_reduce_kernel.
 template <WyPart PART>
-__global__ void __launch_bounds__(THREADS) fp16_update_kernel(int64_t strips, int splits, int split_rows, int mr,
-                                                              int w, int nc, const float* v, int64_t ldv, int64_t v_bs,
-                                                              const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs,
-                                                              float* c, int64_t ldc, int64_t c_bs,
-                                                              const int* scale_exp, int64_t scale_bs, WyTail tail,
-                                                              const float* cf, int64_t cf_rs, int64_t cf_bs,
-                                                              WySplitWork sw) {
+__global__ void __launch_bounds__(THREADS, 3)
+    fp16_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
+                       int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
+                       int64_t c_bs, const int* scale_exp, int64_t scale_bs, WyTail tail, const float* cf,
+                       int64_t cf_rs, int64_t cf_bs, WySplitWork sw) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ float4 smem4[];
     Smem& S = *reinterpret_cast<Smem*>(smem4);
@@ -430,6 +428,7 @@ bool qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc
 
 int qr2_update_fp16_run(const WyArgs& a, WyPart part, int split_rows, const WySplitWork& sw, void* stream) {
     if (a.batch <= 0 || a.nc <= 0 || a.mr <= 0) return 0;
+    if (a.cf && part != WyPart::whole) return qr2_record_error("fp16 update", "split parts read C in place");
     const int64_t strips = (a.nc + NT - 1) / NT;
     const int splits = (a.mr + split_rows - 1) / split_rows;
     if (a.batch > INT_MAX / strips / splits)
@@ -443,10 +442,9 @@ int qr2_update_fp16_run(const WyArgs& a, WyPart part, int split_rows, const WySp
     auto kernel = part == WyPart::whole       ? fp16_update_kernel<WyPart::whole>
                   : part == WyPart::partial_w ? fp16_update_kernel<WyPart::partial_w>
                                               : fp16_update_kernel<WyPart::apply>;
-    const float* cf = part == WyPart::whole ? a.cf : nullptr;
     return qr2_launch(kernel, how, stream, "fp16 update launch", strips, splits, split_rows, a.mr, a.w, a.nc, a.v,
                       a.ldv, a.v_bs, a.t, a.t_rs, a.t_cs, a.t_bs, a.c, a.ldc, a.c_bs, a.scale_exp, a.scale_bs, a.tail,
-                      cf, a.cf_rs, a.cf_bs, sw);
+                      a.cf, a.cf_rs, a.cf_bs, sw);
 }
 
 int qr2_update_fp16_blocks_per_sm(const qr2_device* dev) {
@@ -455,7 +453,7 @@ int qr2_update_fp16_blocks_per_sm(const qr2_device* dev) {
         cudaFuncAttributes fa;
         if (cudaFuncGetAttributes(&fa, fp16_update_kernel<WyPart::partial_w>) != cudaSuccess) {
             (void)cudaGetLastError();
-            return 3;  // what its shared memory allows an H200 SM
+            return 3;  // what its launch bounds promise
         }
         regs.store(fa.numRegs, std::memory_order_relaxed);
     }
