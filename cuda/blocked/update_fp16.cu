@@ -105,7 +105,7 @@ __device__ __forceinline__ void split_into_planes(const float* src, float a, flo
 // one whose W is zero as it is (update.cu's FROM). partial_w stores W_s = V_s^T C_s in C's scaled units (times
 // 2^(14 + k_j)) with exponent -(14 + k_j); apply adds V_s W' with W' and its exponents from wy_reduce_kernel.
 template <WyPart PART>
-__global__ void __launch_bounds__(THREADS, 3)
+__global__ void __launch_bounds__(THREADS)
     fp16_update_kernel(int64_t strips, int splits, int split_rows, int mr, int w, int nc, const float* v, int64_t ldv,
                        int64_t v_bs, const float* t, int64_t t_rs, int64_t t_cs, int64_t t_bs, float* c, int64_t ldc,
                        int64_t c_bs, const int* scale_exp, int64_t scale_bs, WyTail tail, const float* cf,
@@ -453,7 +453,7 @@ int qr2_update_fp16_blocks_per_sm(const qr2_device* dev) {
         cudaFuncAttributes fa;
         if (cudaFuncGetAttributes(&fa, fp16_update_kernel<WyPart::partial_w>) != cudaSuccess) {
             (void)cudaGetLastError();
-            return 3;  // what its launch bounds promise
+            return 3;  // what its shared memory allows an H200 SM
         }
         regs.store(fa.numRegs, std::memory_order_relaxed);
     }
