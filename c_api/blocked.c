@@ -210,14 +210,15 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
     if (apply_reflectors(s, k0, jo, w1, 0, w2, left, 0)) return 1;
     if (factor_panel(s, k0 + w1, jo + w1, w2, 1, want_t, &right)) return 1;
     /* Both halves single panel kernels that built their T (so the right one left the left one's slot alone): T from
-     * theirs, T12 = -T1 V1^T V2 T2, instead of from V's Gram matrix in the update. The merge walks a matrix's rows on
-     * one block: a few tall matrices keep cuBLAS's Gram GEMM, which splits the rows (a guess, not yet measured). */
+     * theirs, T12 = -T1 V1^T V2 T2, instead of from V's Gram matrix in the update. Fewer matrices than SMs split the
+     * rows of V1^T V2 over blocks (partials in the update's split region, unused until the update). Before that split,
+     * tall matrices at such batches built T from V's Gram matrix in the update (larft: one block a matrix, ~24 us a
+     * launch at 4096 rows); which of the two is faster there is not yet measured. */
     if (!want_t || !left || !right || w1 > s->config->leaf_nb || w2 > s->config->leaf_nb) return 0;
-    if (mr > 1024 && p->batch < p->dev->sms) return 0;
     const int ldv = ldv_of(s);
     float* merged = s->t + 2 * T_HALF_FLOATS;
     if (qr2_update_merge_t(p->batch, mr, w1, w2, s->v + (int64_t)jo * ldv + jo, ldv, s->v_bs, left, right, s->t_bs,
-                           merged, s->t_bs, p->stream))
+                           merged, s->t_bs, s->wy + p->batch * s->wy_bs, p->dev, p->stream))
         return 1;
     *t = merged;
     return 0;

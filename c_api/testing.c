@@ -87,10 +87,20 @@ QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float
 }
 
 /* T of V = [V1 V2] (mr x (w1 + w2), ld mr, mr (w1 + w2) apart) from its halves' T factors t1 (w1 x w1, ld w1) and
- * t2 (w2 x w2, ld w2), t_bs apart, into t ((w1 + w2) square, ld w1 + w2, out_bs apart). */
+ * t2 (w2 x w2, ld w2), t_bs apart, into t ((w1 + w2) square, ld w1 + w2, out_bs apart); work: 1024 floats a part
+ * and matrix (qr2_test_merge_t_parts). */
 QR2_EXPORT int qr2_test_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, const float* t1, const float* t2,
-                                int64_t t_bs, float* t, int64_t out_bs, void* stream) {
-    return qr2_update_merge_t(batch, mr, w1, w2, v, mr, (int64_t)mr * (w1 + w2), t1, t2, t_bs, t, out_bs, stream);
+                                int64_t t_bs, float* t, int64_t out_bs, float* work, int device, void* stream) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return 1;
+    return qr2_update_merge_t(batch, mr, w1, w2, v, mr, (int64_t)mr * (w1 + w2), t1, t2, t_bs, t, out_bs, work, &dev,
+                              stream);
+}
+
+QR2_EXPORT int qr2_test_merge_t_parts(int64_t batch, int mr, int w1, int device) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return -1;
+    return qr2_update_merge_t_parts(batch, mr, w1, &dev);
 }
 
 /* zero_from[b] for a batch of m x n matrices, element (i, j) of matrix b at a[b bs + i rs + j cs]. */

@@ -192,9 +192,13 @@ int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int64_t bs, in
 int64_t qr2_update_work_floats(int w, int nc);
 /* T of the w1 + w2 reflectors V = [V1 V2] (mr x (w1 + w2), ld ldv, v_bs apart, as the panel kernels write them) from
  * the T factors of its halves, w1, w2 <= QR2_PANEL_MAX_W: t1 (w1 x w1, ld w1) and t2 (w2 x w2, ld w2), t_bs apart,
- * into t ((w1 + w2) square, ld w1 + w2, out_bs apart): T = [T1, -T1 (V1^T V2) T2; 0, T2]. */
+ * into t ((w1 + w2) square, ld w1 + w2, out_bs apart): T = [T1, -T1 (V1^T V2) T2; 0, T2]. work: where the rows are
+ * split into parts (qr2_update_merge_t_parts > 1), 1024 floats a part and matrix, which the update's split region
+ * (qr2_update_split_floats) of a problem of at least mr rows and w1 + w2 columns a block holds; else unused. */
 int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, int64_t ldv, int64_t v_bs,
-                       const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, void* stream);
+                       const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, float* work,
+                       const qr2_device* dev, void* stream);
+int qr2_update_merge_t_parts(int64_t batch, int mr, int w1, const qr2_device* dev);
 int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev);
 int qr2_update_run(const qr2_update_args* args, void* blas_handle, const qr2_device* dev, void* stream);
 /* Whether some update of a batch of m-row matrices may need blas_handle (it never does from SMs matrices on). */

@@ -26,7 +26,8 @@ for _name, _res, _args in [
     ("qr2_test_update_fp16_splits", _int, [_i64, _int, _int, _int]),
     ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p, _p]),
     ("qr2_test_column_scales", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
-    ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p]),
+    ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p, _int, _p]),
+    ("qr2_test_merge_t_parts", _int, [_i64, _int, _int, _int]),
     ("qr2_test_zero_tail", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
     ("qr2_test_last_error", _str, []),
@@ -198,12 +199,18 @@ def _update(V64, tau, T64, C, given_t=True, scales=None):
     return expected
 
 
+# One block a matrix (a batch of at least the SMs, or too few rows to split) and rows split into parts (on an H200:
+# 4 for 5 x 1000, 16 for 2 x 4096).
 @pytest.mark.parametrize("batch, mr, w1, w2", [(3, 64, 32, 32), (2, 200, 32, 32), (5, 1000, 24, 16), (1, 33, 32, 1),
-                                              (4, 130, 16, 17), (2, 4096, 32, 32)])
+                                              (4, 130, 16, 17), (2, 4096, 32, 32), (200, 600, 32, 32)])
 def test_merge_t_matches_lapack(batch, mr, w1, w2):
     """T of [V1 V2] from its halves' T factors (T12 = -T1 V1^T V2 T2) against LAPACK's T of all w1 + w2 reflectors in
     FP64, with the halves' T factors given in FP32 with garbage below their diagonals (the merge reads only the upper
     triangles)."""
+    parts = _lib.qr2_test_merge_t_parts(batch, mr, w1, torch.cuda.current_device())
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert parts >= 1 and (parts > 1) == (batch < sms and mr - w1 > 256)
+    work = torch.full((batch * parts * 1024,), float("nan"), device="cuda")
     w = w1 + w2
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     pad = torch.randn(batch, w, w, device="cuda", dtype=torch.float64).tril(-1)
@@ -217,7 +224,8 @@ def test_merge_t_matches_lapack(batch, mr, w1, w2):
     out = torch.full((batch, w * w), float("nan"), device="cuda")
     V = _column_major(V64.float())
     _check(_lib.qr2_test_merge_t(batch, mr, w1, w2, V.data_ptr(), t12[:, 0].data_ptr(), t12[:, 1].data_ptr(),
-                                 2 * t_bs, out.data_ptr(), w * w, _stream()))
+                                 2 * t_bs, out.data_ptr(), w * w, work.data_ptr(), torch.cuda.current_device(),
+                                 _stream()))
     T = out.reshape(batch, w, w).transpose(-1, -2).double()  # T[b][i][j] = T_ij
     assert torch.isfinite(T).all()
     assert torch.equal(T.tril(-1), torch.zeros_like(T))

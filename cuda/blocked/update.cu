@@ -160,10 +160,11 @@ __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float*
     for (int idx = tid; idx < w * w; idx += blockDim.x) T[idx] = Ts[idx];
 }
 
-// T of V = [V1 V2] from the T factors of its halves, one matrix per block: T12 = -T1 (V1^T V2) T2 (LAPACK slarft's
-// recurrence, as larft_from_gram_kernel applies it at every level), with V1^T V2 summed in FP32 over the rows from w1
-// down (V2 is zero above its row w1). Where both halves' panel kernels built their T, this replaces the Gram GEMM and
-// the whole recursive build of a 64-wide T.
+// T of V = [V1 V2] from the T factors of its halves: T12 = -T1 (V1^T V2) T2 (LAPACK slarft's recurrence, as
+// larft_from_gram_kernel applies it at every level), with V1^T V2 summed in FP32 over the rows from w1 down (V2 is
+// zero above its row w1). Where both halves' panel kernels built their T, this replaces the Gram matrix and the whole
+// recursive build of a 64-wide T. One block a matrix while the batch fills the GPU; fewer matrices split the rows into
+// parts (gram_parts), whose X = V1^T V2 partials merge_t_finish_kernel adds in order before the products.
 // V1^T V2: four groups of 64 threads take a quarter of each staged chunk's rows; a thread sums a 4 x 4 tile of X
 // (rows ti + 8p, columns tj + 8q) from 16-byte shared loads, 8 loads per 64 FMAs (one load per FMA, with a thread per
 // four entries, ran 62 us a launch at 640 x 512 x 512: bound by shared loads). The groups' tiles are summed in order.
@@ -178,35 +179,79 @@ static_assert(MERGE_THREADS == 256 && MERGE_H == 32 && MERGE_ROWS % (4 * MERGE_G
 static_assert(MERGE_LD % 4 == 0, "16-byte loads of the staged columns");
 static_assert(MERGE_GROUPS * MERGE_H * (MERGE_H + 1) <= 2 * MERGE_H * MERGE_LD, "the groups' tiles fit the stage");
 
-__global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
-                                                               int64_t v_bs, const float* t1, const float* t2,
-                                                               int64_t t_bs, float* t, int64_t out_bs) {
+struct MergeSmem {
+    float X[MERGE_H][MERGE_H + 1];
+    float T1s[MERGE_H][MERGE_H + 1];
+    float T2s[MERGE_H][MERGE_H + 1];
+};
+
+// The halves' upper triangles into shared memory, zeros elsewhere.
+__device__ void merge_load_halves(MergeSmem& S, int w1, int w2, const float* t1, const float* t2) {
+    for (int idx = threadIdx.x; idx < MERGE_H * MERGE_H; idx += MERGE_THREADS) {
+        const int r = idx % MERGE_H, c = idx / MERGE_H;
+        S.T1s[r][c] = r <= c && c < w1 ? t1[r + c * w1] : 0.f;
+        S.T2s[r][c] = r <= c && c < w2 ? t2[r + c * w2] : 0.f;
+    }
+}
+
+// With X = V1^T V2 and the halves in S (all threads past a barrier): T = [T1, -T1 X T2; 0, T2] into t, ld w1 + w2.
+// Thread (i, j0) holds the entries (i, j0 + 8 e) of each product.
+__device__ void merge_finish(MergeSmem& S, int w1, int w2, float* t) {
+    const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
+    float acc[MERGE_PER];
+    // Y = X T2 (T2 upper triangular: l <= j), in place once every thread has its entries
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        const int j = j0 + 8 * e;
+        float y = 0.f;
+        for (int l = 0; l <= j; ++l) y = fmaf(S.X[i][l], S.T2s[l][j], y);
+        acc[e] = y;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) S.X[i][j0 + 8 * e] = acc[e];
+    __syncthreads();
+    // T12 = -T1 Y (T1 upper triangular: l >= i), then T = [T1 T12; 0 T2], ld w1 + w2
+    const int w = w1 + w2;
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        const int j = j0 + 8 * e;
+        float s = 0.f;
+        for (int l = i; l < MERGE_H; ++l) s = fmaf(S.T1s[i][l], S.X[l][j], s);
+        if (i < w1 && j < w2) t[i + (int64_t)(w1 + j) * w] = -s;
+    }
+    for (int idx = tid; idx < w * w; idx += MERGE_THREADS) {
+        const int r = idx % w, c = idx / w;
+        if (r < w1 && c >= w1) continue;  // T12, above
+        t[idx] = r < w1 ? S.T1s[r][c] : c >= w1 ? S.T2s[r - w1][c - w1] : 0.f;
+    }
+}
+
+// Block x: matrix x / parts, rows w1 + (x % parts) split_rows .. + split_rows. One part: all of T; more: this part's
+// X into xpart[(b parts + part) 1024 + 32 i + j].
+__global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int parts, int split_rows, int mr, int w1, int w2,
+                                                               const float* v, int64_t ldv, int64_t v_bs,
+                                                               const float* t1, const float* t2, int64_t t_bs,
+                                                               float* t, int64_t out_bs, float* xpart) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ __align__(16) float stage[2 * MERGE_H * MERGE_LD];  // V1 then V2, column c at c MERGE_LD; then partials
-    __shared__ float X[MERGE_H][MERGE_H + 1];
-    __shared__ float T1s[MERGE_H][MERGE_H + 1];
-    __shared__ float T2s[MERGE_H][MERGE_H + 1];
+    __shared__ MergeSmem S;
     float* V1s = stage;
     float* V2s = stage + MERGE_H * MERGE_LD;
-    const int64_t b = blockIdx.x;
+    const int64_t b = blockIdx.x / parts;
+    const int part = (int)(blockIdx.x - b * parts);
     const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
     const int ti = tid & 7, tj = (tid >> 3) & 7, group = tid >> 6;
+    const int r_begin = w1 + part * split_rows, r_end = min(mr, r_begin + split_rows);
     v += b * v_bs;
-    t1 += b * t_bs;
-    t2 += b * t_bs;
-    t += b * out_bs;
-    for (int idx = tid; idx < MERGE_H * MERGE_H; idx += MERGE_THREADS) {  // upper triangles, zeros elsewhere
-        const int r = idx % MERGE_H, c = idx / MERGE_H;
-        T1s[r][c] = r <= c && c < w1 ? t1[r + c * w1] : 0.f;
-        T2s[r][c] = r <= c && c < w2 ? t2[r + c * w2] : 0.f;
-    }
+    if (parts == 1) merge_load_halves(S, w1, w2, t1 + b * t_bs, t2 + b * t_bs);
     float tile[4][4] = {};
-    for (int r0 = w1; r0 < mr; r0 += MERGE_ROWS) {
+    for (int r0 = r_begin; r0 < r_end; r0 += MERGE_ROWS) {
         __syncthreads();
         for (int idx = tid; idx < MERGE_ROWS * MERGE_H; idx += MERGE_THREADS) {  // a warp reads 32 rows of a column
             const int r = idx % MERGE_ROWS, c = idx / MERGE_ROWS, row = r0 + r;
-            V1s[c * MERGE_LD + r] = row < mr && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
-            V2s[c * MERGE_LD + r] = row < mr && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
+            V1s[c * MERGE_LD + r] = row < r_end && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
+            V2s[c * MERGE_LD + r] = row < r_end && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
         }
         __syncthreads();
 #pragma unroll
@@ -231,48 +276,49 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, 
         }
     }
     __syncthreads();
-    float* part = stage;  // the groups' tiles, (MERGE_H + 1)-strided
+    float* partial = stage;  // the groups' tiles, (MERGE_H + 1)-strided
 #pragma unroll
     for (int p = 0; p < 4; ++p)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) part[(group * MERGE_H + ti + 8 * p) * (MERGE_H + 1) + tj + 8 * q] = tile[p][q];
+        for (int q = 0; q < 4; ++q) partial[(group * MERGE_H + ti + 8 * p) * (MERGE_H + 1) + tj + 8 * q] = tile[p][q];
     __syncthreads();
     float acc[MERGE_PER];
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) {
         float s = 0.f;
-        for (int g = 0; g < MERGE_GROUPS; ++g) s += part[(g * MERGE_H + i) * (MERGE_H + 1) + j0 + 8 * e];
+        for (int g = 0; g < MERGE_GROUPS; ++g) s += partial[(g * MERGE_H + i) * (MERGE_H + 1) + j0 + 8 * e];
         acc[e] = s;
     }
+    if (parts > 1) {
+        float* x = xpart + (b * parts + part) * (MERGE_H * MERGE_H) + i * MERGE_H;
 #pragma unroll
-    for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
-    __syncthreads();
-    // Y = X T2 (T2 upper triangular: l <= j), in place once every thread has its entries
-#pragma unroll
-    for (int e = 0; e < MERGE_PER; ++e) {
-        const int j = j0 + 8 * e;
-        float y = 0.f;
-        for (int l = 0; l <= j; ++l) y = fmaf(X[i][l], T2s[l][j], y);
-        acc[e] = y;
+        for (int e = 0; e < MERGE_PER; ++e) x[j0 + 8 * e] = acc[e];
+        return;
     }
-    __syncthreads();
 #pragma unroll
-    for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
+    for (int e = 0; e < MERGE_PER; ++e) S.X[i][j0 + 8 * e] = acc[e];
     __syncthreads();
-    // T12 = -T1 Y (T1 upper triangular: l >= i), then T = [T1 T12; 0 T2], ld w1 + w2
-    const int w = w1 + w2;
+    merge_finish(S, w1, w2, t + b * out_bs);
+}
+
+// T from merge_t_kernel's partial X's of each matrix (block x: matrix x), added in the order of the parts.
+__global__ void __launch_bounds__(MERGE_THREADS) merge_t_finish_kernel(int parts, int w1, int w2, const float* xpart,
+                                                                      const float* t1, const float* t2, int64_t t_bs,
+                                                                      float* t, int64_t out_bs) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    __shared__ MergeSmem S;
+    const int64_t b = blockIdx.x;
+    const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
+    merge_load_halves(S, w1, w2, t1 + b * t_bs, t2 + b * t_bs);
+    const float* x = xpart + b * parts * (MERGE_H * MERGE_H) + i * MERGE_H;
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) {
-        const int j = j0 + 8 * e;
         float s = 0.f;
-        for (int l = i; l < MERGE_H; ++l) s = fmaf(T1s[i][l], X[l][j], s);
-        if (i < w1 && j < w2) t[i + (int64_t)(w1 + j) * w] = -s;
+        for (int part = 0; part < parts; ++part) s += x[part * (MERGE_H * MERGE_H) + j0 + 8 * e];
+        S.X[i][j0 + 8 * e] = s;
     }
-    for (int idx = tid; idx < w * w; idx += MERGE_THREADS) {
-        const int r = idx % w, c = idx / w;
-        if (r < w1 && c >= w1) continue;  // T12, above
-        t[idx] = r < w1 ? T1s[r][c] : c >= w1 ? T2s[r - w1][c - w1] : 0.f;
-    }
+    __syncthreads();
+    merge_finish(S, w1, w2, t + b * out_bs);
 }
 
 int check_cublas(cublasStatus_t st, const char* what) {
@@ -1037,12 +1083,26 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
 
 extern "C" int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, int64_t ldv, int64_t v_bs,
                                   const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs,
-                                  void* stream) {
+                                  float* work, const qr2_device* dev, void* stream) {
     if (batch <= 0 || w1 <= 0 || w2 <= 0) return 0;
     if (w1 > MERGE_H || w2 > MERGE_H) return qr2_record_error("merge_t", "a half wider than QR2_PANEL_MAX_W");
+    const int parts = qr2_update_merge_t_parts(batch, mr, w1, dev);
+    const int rows = mr - w1 > 0 ? mr - w1 : 0;
+    const int split_rows = ((rows + parts - 1) / parts + MERGE_ROWS - 1) / MERGE_ROWS * MERGE_ROWS;
+    if (batch > INT_MAX / parts) return qr2_record_error("merge_t launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
-    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
-    how.grid = dim3((unsigned)batch);
+    how.pdl = true;  // the kernels start with qr2_follow_previous_kernel
+    how.grid = dim3((unsigned)(batch * parts));
     how.block = dim3(MERGE_THREADS);
-    return qr2_launch(merge_t_kernel, how, stream, "merge_t launch", mr, w1, w2, v, ldv, v_bs, t1, t2, t_bs, t, out_bs);
+    if (qr2_launch(merge_t_kernel, how, stream, "merge_t launch", parts, split_rows, mr, w1, w2, v, ldv, v_bs, t1, t2,
+                   t_bs, t, out_bs, work))
+        return 1;
+    if (parts == 1) return 0;
+    how.grid = dim3((unsigned)batch);
+    return qr2_launch(merge_t_finish_kernel, how, stream, "merge_t_finish launch", parts, w1, w2, (const float*)work,
+                      t1, t2, t_bs, t, out_bs);
+}
+
+extern "C" int qr2_update_merge_t_parts(int64_t batch, int mr, int w1, const qr2_device* dev) {
+    return gram_parts(batch, mr - w1 > 0 ? mr - w1 : 0, dev);
 }
