@@ -194,7 +194,7 @@ int64_t qr2_update_work_floats(int w, int nc);
  * the T factors of its halves, w1, w2 <= QR2_PANEL_MAX_W: t1 (w1 x w1, ld w1) and t2 (w2 x w2, ld w2), t_bs apart,
  * into t ((w1 + w2) square, ld w1 + w2, out_bs apart): T = [T1, -T1 (V1^T V2) T2; 0, T2]. work: where the rows are
  * split into parts (qr2_update_merge_t_parts > 1), 1024 floats a part and matrix, which the update's split region
- * (qr2_update_split_floats) of a problem of at least mr rows and w1 + w2 columns a block holds; else unused. */
+ * (qr2_update_split_floats) of a problem of at least mr rows holds; else unused (may be NULL). */
 int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, int64_t ldv, int64_t v_bs,
                        const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, float* work,
                        const qr2_device* dev, void* stream);

@@ -295,8 +295,8 @@ def _steps_ahead(m, n, nb):
     return sum(1 for k in range(0, kmin, nb) if k + nb < kmin and k + nb + min(nb, kmin - k - nb) < n)
 
 
-# 1500 x 300: panels over 1024 rows at a batch below the SMs, where blocked_nb64 builds T from V's Gram matrix in each
-# stream's own scratch.
+# 1500 x 300: panels over 1024 rows at a batch below the SMs, where blocked_nb64 merges T from partial products in each
+# stream's own split region.
 @pytest.mark.parametrize("layout", ["row_major", "column_major"])
 @pytest.mark.parametrize("shape", [(2, 300, 300), (3, 1024, 1024), (2, 200, 500), (3, 700, 130), (1, 65, 300),
                                    (2, 1500, 300)], ids=lambda s: "x".join(map(str, s)))

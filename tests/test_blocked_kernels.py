@@ -200,15 +200,16 @@ def _update(V64, tau, T64, C, given_t=True, scales=None):
 
 
 # One block a matrix (a batch of at least the SMs, or too few rows to split) and rows split into parts (on an H200:
-# 4 for 5 x 1000, 16 for 2 x 4096).
+# 4 for 5 x 1000, 16 for 2 x 4096, 13 of 320 rows for 2 x 4132, the last one partial).
 @pytest.mark.parametrize("batch, mr, w1, w2", [(3, 64, 32, 32), (2, 200, 32, 32), (5, 1000, 24, 16), (1, 33, 32, 1),
-                                              (4, 130, 16, 17), (2, 4096, 32, 32), (200, 600, 32, 32)])
+                                              (4, 130, 16, 17), (2, 4096, 32, 32), (2, 4132, 32, 32),
+                                              (200, 600, 32, 32)])
 def test_merge_t_matches_lapack(batch, mr, w1, w2):
     """T of [V1 V2] from its halves' T factors (T12 = -T1 V1^T V2 T2) against LAPACK's T of all w1 + w2 reflectors in
     FP64, with the halves' T factors given in FP32 with garbage below their diagonals (the merge reads only the upper
     triangles)."""
     parts = _lib.qr2_test_merge_t_parts(batch, mr, w1, torch.cuda.current_device())
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     assert parts >= 1 and (parts > 1) == (batch < sms and mr - w1 > 256)
     work = torch.full((batch * parts * 1024,), float("nan"), device="cuda")
     w = w1 + w2

@@ -228,7 +228,7 @@ __device__ void merge_finish(MergeSmem& S, int w1, int w2, float* t) {
 }
 
 // Block x: matrix x / parts, rows w1 + (x % parts) split_rows .. + split_rows. One part: all of T; more: this part's
-// X into xpart[(b parts + part) 1024 + 32 i + j].
+// X into xpart[(b parts + part) 1024 + i + 32 j].
 __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int parts, int split_rows, int mr, int w1, int w2,
                                                                const float* v, int64_t ldv, int64_t v_bs,
                                                                const float* t1, const float* t2, int64_t t_bs,
@@ -290,15 +290,24 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int parts, int s
         acc[e] = s;
     }
     if (parts > 1) {
-        float* x = xpart + (b * parts + part) * (MERGE_H * MERGE_H) + i * MERGE_H;
+        float* x = xpart + (b * parts + part) * (MERGE_H * MERGE_H) + i;
 #pragma unroll
-        for (int e = 0; e < MERGE_PER; ++e) x[j0 + 8 * e] = acc[e];
+        for (int e = 0; e < MERGE_PER; ++e) x[(j0 + 8 * e) * MERGE_H] = acc[e];
         return;
     }
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) S.X[i][j0 + 8 * e] = acc[e];
     __syncthreads();
     merge_finish(S, w1, w2, t + b * out_bs);
+}
+
+// Parts of merge_t's rows w1 .. mr and their rows (a multiple of MERGE_ROWS): at most gram_parts' (the split region
+// holds that many), and none empty.
+int merge_parts(int64_t batch, int mr, int w1, const qr2_device* dev, int* split_rows) {
+    const int rows = mr - w1 > 0 ? mr - w1 : 0, most = gram_parts(batch, rows, dev);
+    *split_rows = ((rows + most - 1) / most + MERGE_ROWS - 1) / MERGE_ROWS * MERGE_ROWS;
+    const int parts = rows > 0 ? (rows + *split_rows - 1) / *split_rows : 1;
+    return parts < 1 ? 1 : parts;
 }
 
 // T from merge_t_kernel's partial X's of each matrix (block x: matrix x), added in the order of the parts.
@@ -310,11 +319,11 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_t_finish_kernel(int parts
     const int64_t b = blockIdx.x;
     const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
     merge_load_halves(S, w1, w2, t1 + b * t_bs, t2 + b * t_bs);
-    const float* x = xpart + b * parts * (MERGE_H * MERGE_H) + i * MERGE_H;
+    const float* x = xpart + b * parts * (MERGE_H * MERGE_H) + i;
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) {
         float s = 0.f;
-        for (int part = 0; part < parts; ++part) s += x[part * (MERGE_H * MERGE_H) + j0 + 8 * e];
+        for (int part = 0; part < parts; ++part) s += x[part * (MERGE_H * MERGE_H) + (j0 + 8 * e) * MERGE_H];
         S.X[i][j0 + 8 * e] = s;
     }
     __syncthreads();
@@ -964,12 +973,14 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
 
 // The split update's workspace, after the batch's per-matrix regions: the scale exponents, one per column of 64 (at most
 // 6 SMs partials, 2 SMs (matrix, strip) items: items < 2 SMs whenever rows are split, and items x splits < 4 SMs +
-// items), then the partial W's and each item's W', WMAX x 64 each; before the update, gram_kernel's partial Grams where
-// it splits rows. Sized for an m x n problem with outer panels of w columns.
+// items), then the partial W's and each item's W', WMAX x 64 each; before the update, gram_kernel's partial Grams
+// (w x w) or merge_t's partial V1^T V2 (32 x 32) where they split rows. Sized for an m x n problem with outer panels of
+// w columns.
 int64_t split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
     const int64_t sms = dev->sms, splits = m / SPLIT_MIN_ROWS < MAX_SPLITS ? m / SPLIT_MIN_ROWS : MAX_SPLITS;
-    const int64_t gram = batch * gram_parts(batch, (int)(m < INT_MAX ? m : INT_MAX), dev) * w * w;  // gram_kernel's
-    if (batch >= 2 * sms || splits < 2 || n <= 0) return gram > batch * w * w ? gram : 0;
+    const int64_t gram_split = gram_parts(batch, (int)(m < INT_MAX ? m : INT_MAX), dev), ww = w > MERGE_H ? w : MERGE_H;
+    const int64_t gram = gram_split > 1 ? batch * gram_split * ww * ww : 0;
+    if (batch >= 2 * sms || splits < 2 || n <= 0) return gram;
     const int64_t items = batch * ((n + 63) / 64) < 2 * sms ? batch * ((n + 63) / 64) : 2 * sms;
     const int64_t parts = items * splits < 6 * sms ? items * splits : 6 * sms;
     const int64_t update = 8 * sms * 64 + (parts + items) * (w <= 32 ? 32 : 64) * 64;
@@ -1086,9 +1097,9 @@ extern "C" int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const f
                                   float* work, const qr2_device* dev, void* stream) {
     if (batch <= 0 || w1 <= 0 || w2 <= 0) return 0;
     if (w1 > MERGE_H || w2 > MERGE_H) return qr2_record_error("merge_t", "a half wider than QR2_PANEL_MAX_W");
-    const int parts = qr2_update_merge_t_parts(batch, mr, w1, dev);
-    const int rows = mr - w1 > 0 ? mr - w1 : 0;
-    const int split_rows = ((rows + parts - 1) / parts + MERGE_ROWS - 1) / MERGE_ROWS * MERGE_ROWS;
+    int split_rows;
+    const int parts = merge_parts(batch, mr, w1, dev, &split_rows);
+    if (parts > 1 && !work) return qr2_record_error("merge_t", "no workspace for the partial products");
     if (batch > INT_MAX / parts) return qr2_record_error("merge_t launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
     how.pdl = true;  // the kernels start with qr2_follow_previous_kernel
@@ -1104,5 +1115,6 @@ extern "C" int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const f
 }
 
 extern "C" int qr2_update_merge_t_parts(int64_t batch, int mr, int w1, const qr2_device* dev) {
-    return gram_parts(batch, mr - w1 > 0 ? mr - w1 : 0, dev);
+    int split_rows;
+    return merge_parts(batch, mr, w1, dev, &split_rows);
 }
