@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "configs.h"
+#include "householder.h"
 
 static int device_of(int index, qr2_device* dev) { return qr2_cuda_device(index, dev); }
 
@@ -121,3 +122,6 @@ QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int6
 
 /* The message of this thread's last failing test entry point. */
 QR2_EXPORT const char* qr2_test_last_error(void) { return qr2_cuda_last_error(); }
+
+/* orgqr and ormqr on FP16 updates (on != 0) or on 3xTF32 (qr2_householder_force_fp16). */
+QR2_EXPORT void qr2_test_householder_fp16(int on) { qr2_householder_force_fp16(on); }

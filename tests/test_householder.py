@@ -149,6 +149,15 @@ def test_compiles_to_one_graph():
 
 # ---- CUDA: qr2's kernels ----
 
+# The updates' arithmetic: 3xTF32 (the default) and FP16 at FP32 accuracy with C's column scales (forced; the default
+# once measured faster).
+@pytest.fixture(params=["3xtf32", "fp16"])
+def arithmetic(request):
+    qr2_op._force_householder_fp16(request.param == "fp16")
+    yield request.param
+    qr2_op._force_householder_fp16(False)
+
+
 def _gate(name, err, scale, size, multiplier):
     """err within QR2's multiplier * size * eps32 * scale, per matrix."""
     units = err / (EPS32 * max(size, 1) * scale.clamp_min(1e-30))
@@ -167,7 +176,7 @@ ORGQR_CUDA = [(640, 40, 40, None), (8, 200, 200, None), (3, 300, 150, 70), (2, 1
 
 @requires_cuda
 @pytest.mark.parametrize("batch,m,n,k", ORGQR_CUDA, ids=str)
-def test_orgqr_cuda_within_gates(batch, m, n, k):
+def test_orgqr_cuda_within_gates(batch, m, n, k, arithmetic):
     H, tau = torch.geqrf(torch.randn(batch, m, n, device="cuda"))
     if k is not None:
         tau = tau[..., :k].contiguous()
@@ -186,7 +195,7 @@ def test_orgqr_cuda_within_gates(batch, m, n, k):
 @pytest.mark.parametrize("left,transpose", SIDES)
 @pytest.mark.parametrize("batch,mn,ka,cols", [(16, 200, 200, 70), (2, 300, 120, 129), (1, 1030, 1030, 64),
                                               (5, 33, 47, 9)], ids=str)
-def test_ormqr_cuda_within_gates(batch, mn, ka, cols, left, transpose):
+def test_ormqr_cuda_within_gates(batch, mn, ka, cols, left, transpose, arithmetic):
     H, tau = torch.geqrf(torch.randn(batch, mn, ka, device="cuda"))
     C = _other(H.shape, left, cols, device="cuda")
     C_in = C.clone()
@@ -195,6 +204,24 @@ def test_ormqr_cuda_within_gates(batch, mn, ka, cols, left, transpose):
     assert _same_layout(X, torch.ormqr(H, tau, C, left, transpose))
     ref = torch.ormqr(H.double(), tau.double(), C.double(), left, transpose)
     _gate("against FP64", _l1(X.double() - ref), _l1(C), mn, FACTOR_TOL_MULTIPLIER)
+
+
+@requires_cuda
+@pytest.mark.parametrize("op", ["orgqr", "ormqr"])
+def test_fp16_updates_run_fp16(op):
+    """Forced, the FP16 updates run (blocks of 64 reflectors applied to more than 32 columns, in whole strips and
+    with rows split): the bits differ from 3xTF32's, both within the gates (the tests above)."""
+    H, tau = torch.geqrf(torch.randn(2, 1024, 300, device="cuda"))
+    C = torch.randn(2, 1024, 100, device="cuda")
+    run = (lambda: qr2_op.orgqr(H, tau)) if op == "orgqr" else (lambda: qr2_op.ormqr(H, tau, C, True, True))
+    three = run()
+    qr2_op._force_householder_fp16(True)
+    try:
+        fp16 = run()
+    finally:
+        qr2_op._force_householder_fp16(False)
+    assert not torch.equal(three, fp16)
+    assert torch.equal(run(), three)
 
 
 @requires_cuda
@@ -213,7 +240,7 @@ def test_cuda_reads_any_strides():
 
 
 @requires_cuda
-def test_cuda_graph_capture_and_side_stream():
+def test_cuda_graph_capture_and_side_stream(arithmetic):
     H, tau = torch.geqrf(torch.randn(4, 160, 130, device="cuda"))
     C = torch.randn(4, 160, 20, device="cuda")
     want_q, want_x = qr2_op.orgqr(H, tau), qr2_op.ormqr(H, tau, C, True, True)
@@ -233,7 +260,7 @@ def test_cuda_graph_capture_and_side_stream():
 @requires_cuda
 @pytest.mark.parametrize("batch,n", [(8, 256), (3, 600)], ids=str)
 @pytest.mark.parametrize("profile", CASE_NAMES)
-def test_qr_on_qr2_kernels_within_gates(profile, batch, n):
+def test_qr_on_qr2_kernels_within_gates(profile, batch, n, arithmetic):
     """qr2_op.qr's Q comes from qr2.orgqr: QR2's factor and orthogonality gates against the original input, on every
     input profile, and R is geqrf's upper triangle bit for bit."""
     A = generate_input(batch=batch, n=n, cond=1, seed=5, case=profile)

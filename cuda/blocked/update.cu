@@ -945,8 +945,7 @@ int fp16_update(const WyArgs& a, float* split_base, const qr2_device* dev, void*
 
 // 64-column strips; 32 where 64 would leave fewer than two blocks per SM and rows are too few to split.
 int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
-    if (a.scale_exp && !a.t_lower && a.nc > 32 &&
-        qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
+    if (a.scale_exp && a.nc > 32 && qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
         return fp16_update(a, split_base, dev, stream);
     const int wmax = a.w <= 32 ? 32 : 64;
     const bool few = a.batch * ((a.nc + 31) / 32) < 2 * (int64_t)dev->sms;  // only then may rows be split
