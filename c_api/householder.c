@@ -18,7 +18,9 @@ static int64_t scratch_floats(const qr2_reflectors* r, int nc) {
 }
 
 /* The FP16 updates' column scales, after the split region: one int a column of C, rounded up to 16 bytes. */
-static int64_t scale_floats(const qr2_reflectors* r, int nc, int fp16) { return fp16 ? (r->batch * nc + 3) / 4 * 4 : 0; }
+static int64_t scale_floats(const qr2_reflectors* r, int nc, int fp16) {
+    return fp16 ? (r->batch * nc + 3) / 4 * 4 : 0;
+}
 
 static int fp16_forced;
 int qr2_householder_fp16(void) { return fp16_forced; }
