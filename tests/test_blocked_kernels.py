@@ -331,12 +331,16 @@ def _whole_strip_batch(nc, extra=0):
 def test_fp16_update_applies_q_transpose(mr, w, nc, extra, scale):
     """C <- Q^T C with C's column scales, against FP64 within FP32's bound; its bits differ from the 3xTF32 update's
     (the FP16 arithmetic ran)."""
-    batch = _whole_strip_batch(nc, extra)
+    _fp16_update_within_fp32_bound(_whole_strip_batch(nc, extra), mr, w, nc, scale, True)
+
+
+def _fp16_update_within_fp32_bound(batch, mr, w, nc, scale, given_t):
+    """The FP16 update of C (entries near `scale`) against FP64 within FP32's bound, in bits unlike 3xTF32's."""
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
     C3 = C.clone()
-    expected = _update(V64, tau, T64, C, True, _column_scales(C))
-    _update(V64, tau, T64, C3, True)
+    expected = _update(V64, tau, T64, C, given_t, _column_scales(C))
+    _update(V64, tau, T64, C3, given_t)
     err = (C.double() - expected).abs().amax() / expected.abs().amax()
     assert err < max(1e-5, mr * 2.0 ** -24), err
     assert not torch.equal(C, C3)
@@ -362,14 +366,7 @@ def test_fp16_update_of_few_strips_applies_q_transpose(batch, mr, w, nc, form, g
     from V's Gram matrix (whose partial sums share the split region with the partial W's)."""
     if (_fp16_splits(batch, mr, nc) > 1) != (form == "split"):
         pytest.skip("this GPU's SM count takes the other form")
-    V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    C = _column_major(torch.randn(batch, mr, nc, device="cuda", dtype=torch.float64).mul(scale).float())
-    C3 = C.clone()
-    expected = _update(V64, tau, T64, C, given_t, _column_scales(C))
-    _update(V64, tau, T64, C3, given_t)
-    err = (C.double() - expected).abs().amax() / expected.abs().amax()
-    assert err < max(1e-5, mr * 2.0 ** -24), err
-    assert not torch.equal(C, C3)
+    _fp16_update_within_fp32_bound(batch, mr, w, nc, scale, given_t)
 
 
 @pytest.mark.parametrize("form", ["whole_strips", "split_rows"])

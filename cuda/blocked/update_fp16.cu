@@ -219,17 +219,20 @@ __global__ void __launch_bounds__(THREADS)
                 }
             });
         }
-        if constexpr (PART == WyPart::partial_w) {  // W_s in C's scaled units, and the exponent that undoes them
-            float* out = sw.part + (item * splits + split) * (WV * NT);
+        // warp (wm, wn)'s 32 x 32 tile of hi + lo: store(i, j, entry) for W's row i and column j
+        auto each_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], auto&& store) {
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
-                        out[j * WV + i] = big[mt][nt][e] + small[mt][nt][e];
-                    }
+                    for (int e = 0; e < 4; ++e)
+                        store(32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), 32 * wn + 8 * nt + 2 * q + (e & 1),
+                              hi[mt][nt][e] + lo[mt][nt][e]);
+        };
+        if constexpr (PART == WyPart::partial_w) {  // W_s in C's scaled units, and the exponent that undoes them
+            float* out = sw.part + (item * splits + split) * (WV * NT);
+            each_w(big, small, [&](int i, int j, float x) { out[j * WV + i] = x; });
             if (tid < NT) sw.scale[(item * splits + split) * NT + tid] = -(14 + k_exp);
             return;
         }
@@ -244,17 +247,9 @@ __global__ void __launch_bounds__(THREADS)
                 for (int e = 0; e < 4; ++e) nonzero |= big[mt][nt][e] != 0.f || small[mt][nt][e] != 0.f;
         keep = !__syncthreads_or(nonzero);
         if (keep && !cf) return;
-        // warp (wm, wn)'s 32 x 32 tile of big + small, times f, into shared memory: W(k, j) at j LDW + k
+        // the tile times f into shared memory: W(k, j) at j LDW + k
         auto put_w = [&](const float (&hi)[2][4][4], const float (&lo)[2][4][4], float f) {
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 32 * wm + 16 * mt + g + (e & 2 ? 8 : 0), j = 32 * wn + 8 * nt + 2 * q + (e & 1);
-                        S.ws[j * LDW + i] = (hi[mt][nt][e] + lo[mt][nt][e]) * f;
-                    }
+            each_w(hi, lo, [&](int i, int j, float x) { S.ws[j * LDW + i] = x * f; });
         };
         // W in C's scaled units; T into the stage area, T(r, cc) at cc LDW + r
         put_w(big, small, 1.f / V_SCALE);
