@@ -6,6 +6,8 @@
  */
 #include "householder.h"
 
+#include <stdatomic.h>
+
 /* Reflectors per block: the update's widest single kernel (64 columns of V per pass over C, half the passes of 32). */
 #define HOUSEHOLDER_NB 64
 
@@ -22,9 +24,9 @@ static int64_t scale_floats(const qr2_reflectors* r, int nc, int fp16) {
     return fp16 ? (r->batch * nc + 3) / 4 * 4 : 0;
 }
 
-static int fp16_forced;
-int qr2_householder_fp16(void) { return fp16_forced; }
-void qr2_householder_force_fp16(int on) { fp16_forced = on != 0; }
+static _Atomic int fp16_forced;
+int qr2_householder_fp16(void) { return atomic_load_explicit(&fp16_forced, memory_order_relaxed); }
+void qr2_householder_force_fp16(int on) { atomic_store_explicit(&fp16_forced, on != 0, memory_order_relaxed); }
 
 int64_t qr2_householder_work_floats(const qr2_reflectors* r, int nc, int fp16, const qr2_device* dev) {
     if (r->k <= 0 || nc <= 0) return 0;

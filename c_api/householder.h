@@ -38,7 +38,9 @@ int64_t qr2_householder_work_floats(const qr2_reflectors* r, int nc, int fp16, c
 int qr2_householder_apply(const qr2_apply* a, float* work, void* blas, const qr2_device* dev, void* stream);
 
 /* Whether orgqr and ormqr run their updates on FP16 (qr2_apply.fp16): off (3xTF32) until measured against it, unless
- * tests or tools force it. Process-wide. */
+ * tests or tools force it. Process-wide. The FP16 update scales V by a fixed 2^14 and C by its norms, so it holds for
+ * reflectors as geqrf leaves them (|v| <= 1, each H_j orthogonal); a caller's arbitrary H and tau need V's scale
+ * measured before this can be a default. */
 int qr2_householder_fp16(void);
 void qr2_householder_force_fp16(int on);
 

@@ -172,6 +172,7 @@ def _l1(x):
 # update), odd sizes (no 16-byte rows)
 ORGQR_CUDA = [(640, 40, 40, None), (8, 200, 200, None), (3, 300, 150, 70), (2, 129, 129, 0), (1, 2048, 300, None),
               (4, 37, 33, 31), (1, 1500, 1500, None), (60, 96, 64, None)]
+# (FP16 takes the blocks of more than 32 reflectors applied to more than 32 columns, rows a multiple of four.)
 
 
 @requires_cuda
@@ -194,7 +195,7 @@ def test_orgqr_cuda_within_gates(batch, m, n, k, arithmetic):
 @requires_cuda
 @pytest.mark.parametrize("left,transpose", SIDES)
 @pytest.mark.parametrize("batch,mn,ka,cols", [(16, 200, 200, 70), (2, 300, 120, 129), (1, 1030, 1030, 64),
-                                              (5, 33, 47, 9)], ids=str)
+                                              (1, 1024, 1024, 64), (5, 33, 47, 9)], ids=str)
 def test_ormqr_cuda_within_gates(batch, mn, ka, cols, left, transpose, arithmetic):
     H, tau = torch.geqrf(torch.randn(batch, mn, ka, device="cuda"))
     C = _other(H.shape, left, cols, device="cuda")
@@ -207,13 +208,18 @@ def test_ormqr_cuda_within_gates(batch, mn, ka, cols, left, transpose, arithmeti
 
 
 @requires_cuda
-@pytest.mark.parametrize("op", ["orgqr", "ormqr"])
-def test_fp16_updates_run_fp16(op):
-    """Forced, the FP16 updates run (blocks of 64 reflectors applied to more than 32 columns, in whole strips and
-    with rows split): the bits differ from 3xTF32's, both within the gates (the tests above)."""
-    H, tau = torch.geqrf(torch.randn(2, 1024, 300, device="cuda"))
-    C = torch.randn(2, 1024, 100, device="cuda")
-    run = (lambda: qr2_op.orgqr(H, tau)) if op == "orgqr" else (lambda: qr2_op.ormqr(H, tau, C, True, True))
+@pytest.mark.parametrize("shape", [(2, 1024, 300), (16, 200, 200)], ids=["split_rows", "whole_strips"])
+@pytest.mark.parametrize("op", ["orgqr", "ormqr_qt_c", "ormqr_q_c", "ormqr_c_q"])
+def test_fp16_updates_run_fp16(op, shape):
+    """Forced, the FP16 updates run, applying Q^T and Q (T read transposed), with rows split over blocks (two tall
+    matrices) and in whole strips (rows too few to split): the bits differ from 3xTF32's, and both pass the gates (the
+    tests above)."""
+    batch, m, n = shape
+    H, tau = torch.geqrf(torch.randn(batch, m, n, device="cuda"))
+    C = torch.randn(batch, m, 100, device="cuda")
+    run = {"orgqr": lambda: qr2_op.orgqr(H, tau), "ormqr_qt_c": lambda: qr2_op.ormqr(H, tau, C, True, True),
+           "ormqr_q_c": lambda: qr2_op.ormqr(H, tau, C, True, False),
+           "ormqr_c_q": lambda: qr2_op.ormqr(H, tau, C.mT.contiguous(), False, False)}[op]
     three = run()
     qr2_op._force_householder_fp16(True)
     try:
