@@ -278,8 +278,8 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
     schedule ahead_s = s;
     ahead_s.p = &on_side;
     ahead_s.blas = 0; /* bound to the caller's stream; no update here calls cuBLAS (use_lookahead) */
-    float* v_slot[2] = {s.v, 0};
-    float* t_slot[2] = {s.t, 0};
+    float* v_slot[2] = {s.v, s.v}; /* one slot without lookahead */
+    float* t_slot[2] = {s.t, s.t};
     if (ahead) {
         v_slot[1] = work + aligned_schedule_floats(c, p);
         t_slot[1] = v_slot[1] + p->batch * s.v_bs;
