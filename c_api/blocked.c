@@ -265,8 +265,9 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
      * (640 x 512 rankdef 4.91 -> 3.92 ms: docs/results/2026-12-04-h200-zero-tails.txt; what the search costs dense
      * inputs: docs/results/2026-12-04-h200-zero-tail-scan.txt) */
     if (qr2_zero_tail_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.zero_from, p->stream)) return 1;
-    /* FP16 updates scale each column of C by a bound on its entries, from the input's column norms (update_fp16.cu) */
-    if (c->fp16) {
+    /* FP16 updates scale each column of C by a bound on its entries, from the input's column norms (update_fp16.cu);
+     * rows not in fours leave every update to 3xTF32 (qr2_update_fp16_holds), and the scales unneeded */
+    if (c->fp16 && p->m % 4 == 0) {
         s.scale_exp = s.zero_from + p->batch;
         if (qr2_column_scales_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.scale_exp, p->stream))
             return 1;
