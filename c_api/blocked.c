@@ -23,10 +23,14 @@ int qr2_blocked_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_devic
     return 1; /* any shape */
 }
 
-/* The tall panel's partial sums (doubles, first in the workspace), when some panel is taller than a cluster holds. */
-static int64_t tall_panel_floats(const qr2_problem* p) {
+/* The tall panel's partial sums (doubles, first in the workspace), when some panel is taller than a cluster holds;
+ * with cholqr, or the grid CholeskyQR panel's partials and states, whichever is larger. */
+static int64_t tall_panel_floats(const qr2_config* c, const qr2_problem* p) {
     if (qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
-    return qr2_panel_tall_work_floats(p->m, p->batch, p->dev);
+    const int64_t tall = qr2_panel_tall_work_floats(p->m, p->batch, p->dev);
+    const int64_t grid = c->cholqr ? qr2_panel_cholqr_grid_work_floats(p->m, p->batch) : 0;
+    const int64_t most = tall > grid ? tall : grid;
+    return (most + 1) / 2 * 2; /* whole doubles: V after it stays 8-byte aligned */
 }
 
 /* The widest outer panel: nb columns, or all min(m, n) reflectors when there are fewer (a 2 x 10^7 matrix must not
@@ -46,7 +50,7 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
      * split update's regions, one int a matrix each for the CholeskyQR panels' flags and for zero_from, and one a
      * column for the FP16 updates' column scales */
     const int w = outer_panel_width(c, p);
-    return tall_panel_floats(p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
+    return tall_panel_floats(c, p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
            qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch +
            (c->fp16 ? p->batch * (int64_t)p->n : 0);
 }
@@ -193,6 +197,10 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
             /* the matrices it leaves (done[b] == 0) take the Householder kind below */
             if (qr2_panel_cholqr_run(&job, s->done, p->dev, p->stream)) return 1;
             job.done = s->done;
+        } else if (s->done && qr2_panel_cholqr_grid_holds(mr, w, p->dev) && !qr2_panel_cluster_holds(mr, w, p->dev)) {
+            /* taller than a cluster holds: the grid form, else the tall kind's launch a reflector */
+            if (qr2_panel_cholqr_grid_run(&job, s->done, s->tall, p->dev, p->stream)) return 1;
+            job.done = s->done;
         }
         if (registers) {
             *t = t_leaf;
@@ -250,7 +258,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
     if (p->a != p->h && qr2_transpose_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->h, p->m, (int64_t)p->m * p->n, p->m,
                                           first_from_a ? width : p->n, p->batch, p->stream))
         return 1;
-    const int64_t tall = tall_panel_floats(p);
+    const int64_t tall = tall_panel_floats(c, p);
     s.tall = tall > 0 ? work : 0;
     s.v = work + tall;
     s.v_bs = (int64_t)p->m * width;

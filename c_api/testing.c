@@ -19,23 +19,26 @@ QR2_EXPORT int qr2_test_panel_holds(const char* kind, int64_t m, int64_t w, int 
     if (strcmp(kind, "cluster") == 0) return qr2_panel_cluster_holds(m, w, &dev);
     if (strcmp(kind, "tall") == 0) return qr2_panel_tall_holds(m, w, &dev);
     if (strcmp(kind, "cholqr") == 0) return qr2_panel_cholqr_holds(m, w, &dev);
+    if (strcmp(kind, "cholqr_grid") == 0) return qr2_panel_cholqr_grid_holds(m, w, &dev);
     return -1;
 }
 
 /* The CholeskyQR panel's guard flags: one word a matrix at the start of the work buffer, rounded to 16 bytes. */
 static int64_t done_floats(int64_t batch) { return (batch + 3) / 4 * 4; }
 
-/* Work for any panel kind: the tall panel's partial sums, or the CholeskyQR panel's flags. */
+/* Work for any panel kind: the tall panel's partial sums, or the CholeskyQR panel's flags (then the grid form's
+ * partials). */
 QR2_EXPORT int64_t qr2_test_panel_work_floats(int64_t m, int64_t batch, int device) {
     qr2_device dev;
     if (device_of(device, &dev)) return -1;
-    const int64_t tall = qr2_panel_tall_work_floats(m, batch, &dev), cholqr = done_floats(batch);
+    const int64_t tall = qr2_panel_tall_work_floats(m, batch, &dev);
+    const int64_t cholqr = done_floats(batch) + qr2_panel_cholqr_grid_work_floats(m, batch);
     return tall > cholqr ? tall : cholqr;
 }
 
 /* Factors batch panels of m x w held column-major in h (ld m, m*w apart): tau (w apart), V (ld m, m*w apart,
- * v_row0 0) and T (w x w, w*w apart) where the kind builds it. "cholqr" runs the CholeskyQR panel alone: the matrices
- * its guard leaves stay as they were, with 0 in their word of the flags at the start of work. */
+ * v_row0 0) and T (w x w, w*w apart) where the kind builds it. "cholqr" and "cholqr_grid" run a CholeskyQR panel
+ * alone: the matrices its guard leaves stay as they were, with 0 in their word of the flags at the start of work. */
 QR2_EXPORT int qr2_test_panel(const char* kind, int64_t batch, int m, int w, float* h, float* tau, float* v, float* t,
                               void* work, int device, void* stream) {
     qr2_device dev;
@@ -51,6 +54,8 @@ QR2_EXPORT int qr2_test_panel(const char* kind, int64_t batch, int m, int w, flo
     if (strcmp(kind, "cluster") == 0) return qr2_panel_cluster_run(&job, work, &dev, stream);
     if (strcmp(kind, "tall") == 0) return qr2_panel_tall_run(&job, work, &dev, stream);
     if (strcmp(kind, "cholqr") == 0) return qr2_panel_cholqr_run(&job, (int*)work, &dev, stream);
+    if (strcmp(kind, "cholqr_grid") == 0)
+        return qr2_panel_cholqr_grid_run(&job, (int*)work, (float*)work + done_floats(batch), &dev, stream);
     return qr2_cuda_fail("qr2_test_panel", "no such panel kind");
 }
 

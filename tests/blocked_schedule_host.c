@@ -42,17 +42,39 @@ static void fail(const char* fmt, ...) {
     va_end(args);
 }
 
-/* [p, p + count) of `size`-byte elements inside buffer b */
-static void inside(const buffer* b, const void* p, int64_t count, size_t size, const char* what) {
+/* The workspace's ranges seen in this call, by role (V, T, scratch, ...): ranges of different roles must not meet. */
+typedef struct range {
+    const char* role;
+    const char* lo;
+    const char* hi;
+} range;
+static range seen[4096];
+static int nseen;
+
+/* [p, p + count) of `size`-byte elements inside buffer b; in the workspace, with its role */
+static void inside_as(const buffer* b, const char* role, const void* p, int64_t count, size_t size, const char* what) {
     const char* lo = p;
     if (!p) {
         fail("%s: NULL", what);
         return;
     }
-    if (count < 0 || lo < (const char*)b->lo || lo + count * (int64_t)size > (const char*)b->hi)
-        fail("%s: [%td, %td) bytes outside %s of %td", what, lo - (const char*)b->lo,
-             lo + count * (int64_t)size - (const char*)b->lo, b->name, (const char*)b->hi - (const char*)b->lo);
+    const char* hi = lo + count * (int64_t)size;
+    if (count < 0 || lo < (const char*)b->lo || hi > (const char*)b->hi) {
+        fail("%s: [%td, %td) bytes outside %s of %td", what, lo - (const char*)b->lo, hi - (const char*)b->lo,
+             b->name, (const char*)b->hi - (const char*)b->lo);
+        return;
+    }
+    if (!role) return;
+    for (int i = 0; i < nseen; ++i)
+        if (seen[i].role != role && lo < seen[i].hi && seen[i].lo < hi)
+            fail("%s (%s) meets the workspace's %s", what, role, seen[i].role);
+    if (nseen < (int)(sizeof seen / sizeof seen[0])) seen[nseen++] = (range){role, lo, hi};
 }
+static void inside(const buffer* b, const void* p, int64_t count, size_t size, const char* what) {
+    inside_as(b, 0, p, count, size, what);
+}
+static const char V[] = "V", T[] = "T", SCRATCH[] = "scratch", FLAGS[] = "flags", ZERO_FROM[] = "zero_from",
+                  SCALES[] = "scales", TALL[] = "tall-panel work";
 
 static void on_stream(void* stream, const char* what) {
     const int side = stream == (void*)&sides_open[QR2_SIDE_PLAIN] ? QR2_SIDE_PLAIN
@@ -73,6 +95,8 @@ int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
 int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     return (void)m, (void)dev, batch * 2 * 257 * 33 * 2;
 }
+int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev) { return (void)dev, w == 32 && m > 8192; }
+int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch) { return batch * ((m + 255) / 256 * 2049 + 6300); }
 int64_t qr2_update_work_floats(int w, int nc) { return 2 * (int64_t)w * w + 2 * (int64_t)w * nc; }
 /* The split region, as update.cu sizes it in shape: partial Grams or merge_t's partials (at most 16 parts a matrix)
  * below the SMs' count and past 256 rows; the split update's partials below two waves and from 512 rows; the larger
@@ -92,10 +116,11 @@ static void panel_job(const qr2_panel_job* j, void* stream, const char* what) {
     on_stream(stream, what);
     inside(&h_buf, j->h, (j->batch - 1) * j->h_bs + (int64_t)(j->w - 1) * j->ldh + j->m, sizeof(float), what);
     inside(&tau_buf, j->tau, (j->batch - 1) * j->tau_bs + j->w, sizeof(float), what);
-    inside(&ws, j->v, (j->batch - 1) * j->v_bs + (int64_t)(j->w - 1) * j->ldv + j->v_row0 + j->m, sizeof(float), what);
-    if (j->t) inside(&ws, j->t, (j->batch - 1) * j->t_bs + (int64_t)j->w * j->w, sizeof(float), what);
-    if (j->done) inside(&ws, j->done, j->batch, sizeof(int), what);
-    if (j->zero_from) inside(&ws, j->zero_from, j->batch, sizeof(int), what);
+    inside_as(&ws, V, j->v, (j->batch - 1) * j->v_bs + (int64_t)(j->w - 1) * j->ldv + j->v_row0 + j->m, sizeof(float),
+              what);
+    if (j->t) inside_as(&ws, T, j->t, (j->batch - 1) * j->t_bs + (int64_t)j->w * j->w, sizeof(float), what);
+    if (j->done) inside_as(&ws, FLAGS, j->done, j->batch, sizeof(int), what);
+    if (j->zero_from) inside_as(&ws, ZERO_FROM, j->zero_from, j->batch, sizeof(int), what);
 }
 int qr2_panel_registers_run(const qr2_panel_job* j, void* work, const qr2_device* dev, void* stream) {
     (void)work, (void)dev;
@@ -110,29 +135,39 @@ int qr2_panel_cluster_run(const qr2_panel_job* j, void* work, const qr2_device* 
 int qr2_panel_cholqr_run(const qr2_panel_job* j, int* done, const qr2_device* dev, void* stream) {
     (void)dev;
     panel_job(j, stream, "cholqr panel");
-    inside(&ws, done, j->batch, sizeof(int), "cholqr panel's flags");
+    inside_as(&ws, FLAGS, done, j->batch, sizeof(int), "cholqr panel's flags");
+    return 0;
+}
+int qr2_panel_cholqr_grid_run(const qr2_panel_job* j, int* done, void* work, const qr2_device* dev, void* stream) {
+    (void)dev;
+    panel_job(j, stream, "grid cholqr panel");
+    inside_as(&ws, FLAGS, done, j->batch, sizeof(int), "grid cholqr panel's flags");
+    inside_as(&ws, TALL, work, qr2_panel_cholqr_grid_work_floats(j->m, j->batch), sizeof(float),
+              "grid cholqr panel's work");
     return 0;
 }
 int qr2_panel_tall_run(const qr2_panel_job* j, void* work, const qr2_device* dev, void* stream) {
     panel_job(j, stream, "tall panel");
-    inside(&ws, work, qr2_panel_tall_work_floats(j->m, j->batch, dev), sizeof(float), "tall panel's partials");
+    inside_as(&ws, TALL, work, qr2_panel_tall_work_floats(j->m, j->batch, dev), sizeof(float), "tall panel's partials");
     return 0;
 }
 
 int qr2_update_run(const qr2_update_args* a, void* blas, const qr2_device* dev, void* stream) {
     (void)blas;
     on_stream(stream, "update");
-    inside(&ws, a->v, (a->batch - 1) * a->v_bs + (int64_t)(a->w - 1) * a->ldv + a->mr, sizeof(float), "update's V");
-    if (a->t) inside(&ws, a->t, (a->batch - 1) * a->t_bs + (int64_t)a->w * a->w, sizeof(float), "update's T");
-    inside(&ws, a->work, a->batch * a->work_bs + qr2_update_split_floats(a->mr, a->nc, a->w, a->batch, dev),
-           sizeof(float), "update's scratch");
+    inside_as(&ws, V, a->v, (a->batch - 1) * a->v_bs + (int64_t)(a->w - 1) * a->ldv + a->mr, sizeof(float),
+              "update's V");
+    if (a->t) inside_as(&ws, T, a->t, (a->batch - 1) * a->t_bs + (int64_t)a->w * a->w, sizeof(float), "update's T");
+    inside_as(&ws, SCRATCH, a->work, a->batch * a->work_bs + qr2_update_split_floats(a->mr, a->nc, a->w, a->batch, dev),
+              sizeof(float), "update's scratch");
     inside(&h_buf, a->c, (a->batch - 1) * a->c_bs + (int64_t)(a->nc - 1) * a->ldc + a->mr, sizeof(float), "update's C");
     if (a->c_from)
         inside(&a_buf, a->c_from, (a->batch - 1) * a->from_bs + (int64_t)(a->mr - 1) * a->from_rs + a->nc,
                sizeof(float), "update's source");
-    if (a->zero_from) inside(&ws, a->zero_from, a->batch, sizeof(int), "update's zero_from");
+    if (a->zero_from) inside_as(&ws, ZERO_FROM, a->zero_from, a->batch, sizeof(int), "update's zero_from");
     if (a->scale_exp)
-        inside(&ws, a->scale_exp + a->col0, (a->batch - 1) * a->scale_bs + a->nc, sizeof(int), "update's scales");
+        inside_as(&ws, SCALES, a->scale_exp + a->col0, (a->batch - 1) * a->scale_bs + a->nc, sizeof(int),
+                  "update's scales");
     return 0;
 }
 
@@ -140,11 +175,12 @@ int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, in
                        const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, float* work,
                        const qr2_device* dev, void* stream) {
     on_stream(stream, "merge_t");
-    inside(&ws, v, (batch - 1) * v_bs + (int64_t)(w1 + w2 - 1) * ldv + mr, sizeof(float), "merge_t's V");
-    inside(&ws, t1, (batch - 1) * t_bs + (int64_t)w1 * w1, sizeof(float), "merge_t's T1");
-    inside(&ws, t2, (batch - 1) * t_bs + (int64_t)w2 * w2, sizeof(float), "merge_t's T2");
-    inside(&ws, t, (batch - 1) * out_bs + (int64_t)(w1 + w2) * (w1 + w2), sizeof(float), "merge_t's T");
-    if (batch < dev->sms && mr - w1 > 256) inside(&ws, work, batch * 16 * 1024, sizeof(float), "merge_t's partials");
+    inside_as(&ws, V, v, (batch - 1) * v_bs + (int64_t)(w1 + w2 - 1) * ldv + mr, sizeof(float), "merge_t's V");
+    inside_as(&ws, T, t1, (batch - 1) * t_bs + (int64_t)w1 * w1, sizeof(float), "merge_t's T1");
+    inside_as(&ws, T, t2, (batch - 1) * t_bs + (int64_t)w2 * w2, sizeof(float), "merge_t's T2");
+    inside_as(&ws, T, t, (batch - 1) * out_bs + (int64_t)(w1 + w2) * (w1 + w2), sizeof(float), "merge_t's T");
+    if (batch < dev->sms && mr - w1 > 256)
+        inside_as(&ws, SCRATCH, work, batch * 16 * 1024, sizeof(float), "merge_t's partials");
     return 0;
 }
 
@@ -161,7 +197,7 @@ int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m,
                       int* zero_from, void* stream) {
     (void)a, (void)rs, (void)cs, (void)bs, (void)m, (void)n;
     on_stream(stream, "zero_tail");
-    inside(&ws, zero_from, batch, sizeof(int), "zero_from");
+    inside_as(&ws, ZERO_FROM, zero_from, batch, sizeof(int), "zero_from");
     return 0;
 }
 
@@ -169,7 +205,7 @@ int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int64_t bs, in
                           int* k_out, void* stream) {
     (void)a, (void)rs, (void)cs, (void)bs, (void)m;
     on_stream(stream, "column_scales");
-    inside(&ws, k_out, batch * n, sizeof(int), "column scales");
+    inside_as(&ws, SCALES, k_out, batch * n, sizeof(int), "column scales");
     return 0;
 }
 
@@ -242,6 +278,7 @@ static void run_one(const qr2_config* c, int64_t batch, int m, int n, int layout
     a_buf = (buffer){"A", a, a + entries};
     tau_buf = (buffer){"tau", tau, tau + batch * kmin};
     sides_open[0] = sides_open[1] = 0;
+    nseen = 0;
     if (h && a && tau && work) {
         if (qr2_blocked_run(c, &p, work)) fail("the schedule failed");
         if (sides_open[0] || sides_open[1]) fail("a side stream left forked");
@@ -253,7 +290,8 @@ static void run_one(const qr2_config* c, int64_t batch, int m, int n, int layout
 int main(int argc, char** argv) {
     static const int shapes[][3] = {{1, 300, 300},  {2, 513, 513},  {3, 700, 700},  {2, 1024, 1024}, {60, 1024, 1024},
                                     {2, 1100, 400}, {1, 4100, 130}, {1, 9000, 70},  {300, 200, 200}, {140, 512, 512},
-                                    {40, 352, 352}, {8, 2048, 2048}, {2, 300, 777}, {5, 1030, 1030}, {67, 290, 200}};
+                                    {40, 352, 352}, {8, 2048, 2048}, {2, 300, 777}, {5, 1030, 1030}, {67, 290, 200},
+                                    {1, 20000, 100}, {2, 9000, 300}};
     main_stream = &main_stream;
     long checked = 0;
     for (int i = 1; i < argc; ++i) {

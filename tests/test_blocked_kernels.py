@@ -117,18 +117,21 @@ def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
 # (m, batch): one block, a cluster of 3-16 blocks (256-row blocks from 2049 rows), and batches whose 256-row clusters
 # need more waves of SMs than 512-row ones, which take the 512-row blocks (300 x 300: one block a matrix; 80 x 1000 and
 # 40 x 1500: clusters of 2 and 4)
-CHOLQR = [(64, 1), (300, 3), (2000, 1), (2049, 2), (4096, 2), (300, 300), (1000, 80), (1500, 40)]
+CHOLQR = [("cholqr", 64, 1), ("cholqr", 300, 3), ("cholqr", 2000, 1), ("cholqr", 2049, 2), ("cholqr", 4096, 2),
+          ("cholqr", 300, 300), ("cholqr", 1000, 80), ("cholqr", 1500, 40),
+          # the grid form past a cluster's rows: one part partial (8193 rows), many matrices, 391 parts a matrix
+          ("cholqr_grid", 8193, 1), ("cholqr_grid", 9000, 40), ("cholqr_grid", 100000, 1)]
 
 
-@pytest.mark.parametrize("m,batch", CHOLQR, ids=str)
-def test_cholqr_panel_matches_lapack(m, batch):
-    """The CholeskyQR panel alone, on panels its guard passes: LAPACK's (H, tau) (the Householder reconstruction
+@pytest.mark.parametrize("kind,m,batch", CHOLQR, ids=str)
+def test_cholqr_panel_matches_lapack(kind, m, batch):
+    """A CholeskyQR panel alone, on panels its guard passes: LAPACK's (H, tau) (the Householder reconstruction
     chooses LAPACK's signs), V, and a T that rebuilds the same Q."""
     w = 32
     A = torch.randn(batch, m, w, device="cuda", dtype=torch.float64)
     A[:, :w, :] += m ** 0.5 * torch.eye(w, device="cuda", dtype=torch.float64)  # well separated: H is unique
     A = A.float()
-    H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
+    H, tau, V, T, flags = _panel(kind, A, with_flags=True)
     assert torch.all(flags == 1)
     ok, msg = check_implementation(A, (H, tau))
     assert ok, msg
@@ -141,19 +144,20 @@ def test_cholqr_panel_matches_lapack(m, batch):
     assert torch.all(torch.tril(T, -1) == 0)
 
 
-@pytest.mark.parametrize("copies", [1, 10], ids=["256_row_blocks", "512_row_blocks"])
-def test_cholqr_panel_leaves_what_its_guard_rejects(copies):
+@pytest.mark.parametrize("kind,m,copies", [("cholqr", 600, 1), ("cholqr", 600, 10), ("cholqr_grid", 9000, 1)],
+                         ids=["256_row_blocks", "512_row_blocks", "grid"])
+def test_cholqr_panel_leaves_what_its_guard_rejects(kind, m, copies):
     """A zero column, a NaN, an upper triangular panel (LAPACK's tau = 0): those matrices are left exactly as they were
     and flagged 0. Two equal columns are rejected or, where FP64 rounding left their Gram matrix positive definite and
     the second pass near I, factored correctly. The others are factored. Six matrices, or ten copies of them (60
-    clusters of 512-row blocks fit one wave where 256-row ones need two)."""
-    A = torch.randn(6, 600, 32, device="cuda")
+    clusters of 512-row blocks fit one wave where 256-row ones need two), and six in the grid form."""
+    A = torch.randn(6, m, 32, device="cuda")
     A[1, :, 3] = 0.0
     A[2, :, 7] = A[2, :, 6]
     A[3, 100, 9] = float("nan")
     A[4] = torch.triu(A[4])
     A = A.repeat(copies, 1, 1)
-    H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
+    H, tau, V, T, flags = _panel(kind, A, with_flags=True)
     flags = flags.tolist()
     for c in range(0, 6 * copies, 6):
         assert flags[c] == flags[c + 5] == 1 and flags[c + 1] == flags[c + 3] == flags[c + 4] == 0
