@@ -272,6 +272,23 @@ __device__ void scale_lower(double* z, const double* inv, int t) {
     }
 }
 
+// 1. G1 (sm.g) into R~ (in place) and D, and R1^-1 = D^-1 R~^-1 into sm.r1inv; whether every pivot was positive and
+// finite (every thread, past a barrier).
+__device__ bool factor_g1(Small& sm, int warp, int lane) {
+    __shared__ int ok1;
+    if (warp == 0) {
+        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, &sm.progress[0], lane);
+        if (lane == 0) ok1 = ok;
+    } else if (warp == 1) {
+        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, &sm.progress[0], lane);
+        const double rd = 1.0 / sm.d[lane];  // d is in before the first step's release
+#pragma unroll
+        for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;  // row `lane` by 1 / d
+    }
+    __syncthreads();
+    return ok1 != 0;
+}
+
 // 3. Given G2 (sm.g2), Y's top block (sm.z), R~ and D (sm.g, sm.d) and whether the first Cholesky passed (ok1), on
 // every thread of the block: the guard, R2 where the first pass left Q short of orthogonal, the reconstruction and
 // N = R2^-1 U^-1 into sm.n (sm.ok and sm.second_pass say what happened; sm.r1inv then holds L^-T; x: scratch).
@@ -407,17 +424,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
         if (lane == 0) sm.below_all = below;
     }
     cluster.sync();
-    __shared__ int ok1;
-    if (warp == 0) {
-        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, &sm.progress[0], lane);
-        if (lane == 0) ok1 = ok;
-    } else if (warp == 1) {
-        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, &sm.progress[0], lane);
-        const double rd = 1.0 / sm.d[lane];  // d is in before the first step's release
-#pragma unroll
-        for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;  // row `lane` by 1 / d
-    }
-    __syncthreads();
+    const bool ok1 = factor_g1(sm, warp, lane);
 
     // 2. Y = P R1^-1 (and Y's top block from the panel's top rows) and its Gram matrix, summed into every block
     times(X, rows8, sm.r1inv, X, warp, lane);
@@ -586,17 +593,7 @@ __global__ void __launch_bounds__(THREADS, 1) grid_first_kernel(int parts, const
         if (lane == 0) state[b].below_all = bits;
     }
     __syncthreads();
-    __shared__ int ok1;
-    if (warp == 0) {
-        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, &sm.progress[0], lane);
-        if (lane == 0) ok1 = ok;
-    } else if (warp == 1) {
-        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, &sm.progress[0], lane);
-        const double rd = 1.0 / sm.d[lane];
-#pragma unroll
-        for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;
-    }
-    __syncthreads();
+    const bool ok1 = factor_g1(sm, warp, lane);
     GridState& out = state[b];
     for (int e = t; e < W * LD; e += THREADS) out.g[e] = sm.g[e], out.r1inv[e] = sm.r1inv[e];
     if (t < W) out.d[t] = sm.d[t];
