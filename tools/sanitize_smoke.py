@@ -37,6 +37,7 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_nb64_fp16", 300, 200, 200), ("blocked_nb64_fp16", 3, 300, 300),  # FP16 updates, whole strips
           ("blocked_nb64_fp16", 2, 1024, 1024),  # FP16 updates with rows split; merge_t in parts
           ("blocked_cholqr_nb64_fp16", 1, 2100, 300),  # CholeskyQR panels, FP16 updates
+          ("blocked_cholqr_nb32", 2, 9000, 70),  # the grid CholeskyQR panel past a cluster's rows
           ("blocked_nb64", 2, 1100, 200),  # merge_t in parts, 3xTF32
           ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_cholqr_nb64_fp16_lookahead", 2, 1100, 400)]
 
