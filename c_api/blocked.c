@@ -7,7 +7,8 @@
  * rows, measured 2x faster than the cluster panel there at batch 1), cluster (while one cluster of up to 8 blocks
  * holds the rows) and tall (many blocks a matrix, any height). Configurations with `cholqr` first run the CholeskyQR
  * panel on 32-column panels it holds that are taller than the registers kind holds (below that height the registers
- * panel measured faster: docs/tuning.md); the cluster or tall kind then factors only the matrices whose guard failed.
+ * panel measured faster: docs/tuning.md), or its grid form on panels taller than a cluster holds; the cluster or tall
+ * kind then factors only the matrices whose guard failed.
  * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
  * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt). Each matrix's exactly zero
  * trailing columns are found first (qr2_zero_tail_run); the register panels and the updates leave them alone.
@@ -28,9 +29,9 @@ int qr2_blocked_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_devic
 static int64_t tall_panel_floats(const qr2_config* c, const qr2_problem* p) {
     if (qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
     const int64_t tall = qr2_panel_tall_work_floats(p->m, p->batch, p->dev);
-    const int64_t grid = c->cholqr ? qr2_panel_cholqr_grid_work_floats(p->m, p->batch) : 0;
+    const int64_t grid = c->cholqr ? qr2_panel_cholqr_grid_work_floats(p->m, p->batch, p->dev) : 0;
     const int64_t most = tall > grid ? tall : grid;
-    return (most + 1) / 2 * 2; /* whole doubles: V after it stays 8-byte aligned */
+    return (most + 63) / 64 * 64; /* V after it starts 256-byte aligned, as the updates' fast paths need */
 }
 
 /* The widest outer panel: nb columns, or all min(m, n) reflectors when there are fewer (a 2 x 10^7 matrix must not

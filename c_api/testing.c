@@ -32,7 +32,7 @@ QR2_EXPORT int64_t qr2_test_panel_work_floats(int64_t m, int64_t batch, int devi
     qr2_device dev;
     if (device_of(device, &dev)) return -1;
     const int64_t tall = qr2_panel_tall_work_floats(m, batch, &dev);
-    const int64_t cholqr = done_floats(batch) + qr2_panel_cholqr_grid_work_floats(m, batch);
+    const int64_t cholqr = done_floats(batch) + qr2_panel_cholqr_grid_work_floats(m, batch, &dev);
     return tall > cholqr ? tall : cholqr;
 }
 

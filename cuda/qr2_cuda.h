@@ -121,9 +121,10 @@ typedef struct qr2_panel_job {
 int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cholqr_run(const qr2_panel_job* job, int* done, const qr2_device* dev, void* stream);
 /* cholqr_grid: the same, for panels taller than a cluster holds (m > 8192): five launches over 256-row blocks of the
- * grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch) floats, 8-byte aligned. */
+ * grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch, dev) floats, 8-byte
+ * aligned. */
 int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev);
-int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch);
+int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev);
 int qr2_panel_cholqr_grid_run(const qr2_panel_job* job, int* done, void* work, const qr2_device* dev, void* stream);
 
 /* registers: the register kernel of the `registers` family in panel mode, one block per panel; builds T.

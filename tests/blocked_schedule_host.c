@@ -96,7 +96,9 @@ int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* d
     return (void)m, (void)dev, batch * 2 * 257 * 33 * 2;
 }
 int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev) { return (void)dev, w == 32 && m > 8192; }
-int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch) { return batch * ((m + 255) / 256 * 2049 + 6300); }
+int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
+    return (void)dev, batch * ((m + 255) / 256 * 2049 + 6980) + 16;
+}
 int64_t qr2_update_work_floats(int w, int nc) { return 2 * (int64_t)w * w + 2 * (int64_t)w * nc; }
 /* The split region, as update.cu sizes it in shape: partial Grams or merge_t's partials (at most 16 parts a matrix)
  * below the SMs' count and past 256 rows; the split update's partials below two waves and from 512 rows; the larger
@@ -139,10 +141,9 @@ int qr2_panel_cholqr_run(const qr2_panel_job* j, int* done, const qr2_device* de
     return 0;
 }
 int qr2_panel_cholqr_grid_run(const qr2_panel_job* j, int* done, void* work, const qr2_device* dev, void* stream) {
-    (void)dev;
     panel_job(j, stream, "grid cholqr panel");
     inside_as(&ws, FLAGS, done, j->batch, sizeof(int), "grid cholqr panel's flags");
-    inside_as(&ws, TALL, work, qr2_panel_cholqr_grid_work_floats(j->m, j->batch), sizeof(float),
+    inside_as(&ws, TALL, work, qr2_panel_cholqr_grid_work_floats(j->m, j->batch, dev), sizeof(float),
               "grid cholqr panel's work");
     return 0;
 }

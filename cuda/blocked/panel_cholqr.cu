@@ -523,7 +523,7 @@ struct GridState {
 };
 
 // The rows [row0, row0 + rows) of matrix b's panel into X as FP64, zeros to the next multiple of 8; the columns with a
-// non-zero entry below their diagonal there, as bits (NaN counts as non-zero), returned to thread 0.
+// non-zero entry below their diagonal there, as bits (NaN counts as non-zero), returned to every thread.
 __device__ unsigned load_rows(double* X, const float* panel, int64_t ldh, int row0, int rows, int t, int warp,
                               int lane) {
     __shared__ unsigned below;
@@ -543,37 +543,64 @@ __device__ unsigned load_rows(double* X, const float* panel, int64_t ldh, int ro
     return below;
 }
 
-// Block x: matrix x / parts, rows ROWS (x % parts) .. + ROWS. Its partial Gram matrix of the panel's rows (first
-// pass: state NULL) or of Y = P R1^-1 (second pass) into partial[x W W], and (first pass) its below bits into
-// below[x].
+// Block x: matrix x / parts, the ROWS-row chunks x % parts, + parts, ... of its panel. The sum of their Gram
+// matrices (in the order of the chunks) of the panel's rows (first pass: state NULL) or of Y = P R1^-1 (second pass)
+// into partial[x W W], and (first pass) their below bits into below[x].
 __global__ void __launch_bounds__(THREADS) grid_gram_kernel(qr2_panel_job a, int parts, const GridState* state,
                                                            double* partial, unsigned* below) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ __align__(16) unsigned char smem[];
     double* X = reinterpret_cast<double*>(smem);  // ROWS x LD
     double* B = X + ROWS * LD;                    // R1^-1, W x LD
+    double* G = B + W * LD;                       // a chunk's Gram matrix, W x W
     const int64_t b = blockIdx.x / parts;
     const int part = (int)(blockIdx.x - b * parts), t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const int row0 = part * ROWS, rows = min(a.m - row0, ROWS), rows8 = (rows + 7) & ~7;
-    const unsigned bits = load_rows(X, a.h + b * a.h_bs, a.ldh, row0, rows, t, warp, lane);
     if (state) {
         for (int e = t; e < W * LD; e += THREADS) B[e] = state[b].r1inv[e];
-        __syncthreads();
-        times(X, rows8, B, X, warp, lane);
-        __syncthreads();
-    } else if (t == 0) {
-        below[blockIdx.x] = bits;
     }
-    gram(X, rows8, partial + (int64_t)blockIdx.x * W * W, warp, lane);
+    double sum[W * W / THREADS] = {};
+    unsigned bits = 0u;
+    for (int row0 = part * ROWS; row0 < a.m; row0 += parts * ROWS) {
+        const int rows = min(a.m - row0, ROWS), rows8 = (rows + 7) & ~7;
+        bits |= load_rows(X, a.h + b * a.h_bs, a.ldh, row0, rows, t, warp, lane);  // ends in a barrier
+        if (state) {
+            times(X, rows8, B, X, warp, lane);
+            __syncthreads();
+        }
+        gram(X, rows8, G, warp, lane);
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < W * W / THREADS; ++u) sum[u] += G[t + THREADS * u];
+    }
+    double* out = partial + (int64_t)blockIdx.x * W * W;
+#pragma unroll
+    for (int u = 0; u < W * W / THREADS; ++u) out[t + THREADS * u] = sum[u];
+    if (!state && t == 0) below[blockIdx.x] = bits;
 }
 
-// The sum of matrix b's partial Gram matrices, in the order of the parts, into dst (ld LD).
+// The sum of matrix b's partial Gram matrices, in the order of the parts, into dst (ld LD): a thread's four entries
+// of SUM_AHEAD parts loaded together before they are added (one block reads them all).
+constexpr int SUM_AHEAD = 8;
 __device__ void sum_parts(const double* partial, int64_t b, int parts, double* dst, int t) {
-    for (int e = t; e < W * W; e += THREADS) {
-        const double* p = partial + b * parts * W * W + e;
-        double sum = 0.0;
-        for (int q = 0; q < parts; ++q) sum += p[(int64_t)q * W * W];
-        dst[(e / W) * LD + e % W] = sum;
+    constexpr int PER = W * W / THREADS;
+    const double* p = partial + b * parts * W * W + t;
+    double sum[PER] = {};
+    for (int q0 = 0; q0 < parts; q0 += SUM_AHEAD) {
+        double x[SUM_AHEAD][PER];
+#pragma unroll
+        for (int k = 0; k < SUM_AHEAD; ++k)
+#pragma unroll
+            for (int u = 0; u < PER; ++u) x[k][u] = q0 + k < parts ? p[(int64_t)(q0 + k) * W * W + THREADS * u] : 0.0;
+#pragma unroll
+        for (int k = 0; k < SUM_AHEAD; ++k)
+#pragma unroll
+            for (int u = 0; u < PER; ++u)
+                if (q0 + k < parts) sum[u] += x[k][u];
+    }
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+        const int e = t + THREADS * u;
+        dst[(e / W) * LD + e % W] = sum[u];
     }
 }
 
@@ -634,7 +661,8 @@ __global__ void __launch_bounds__(THREADS, 1) grid_second_kernel(qr2_panel_job a
     write_top(sm, a, b, x, warp, lane);
 }
 
-// Block x as grid_gram's: V's rows below the panel's top 32, P M, into H and V (matrices done[b] == 1 only).
+// Block x: matrix x / parts, rows ROWS (x % parts) .. + ROWS: V's rows below the panel's top 32, P M, into H and V
+// (matrices done[b] == 1 only).
 __global__ void __launch_bounds__(THREADS) grid_v_kernel(qr2_panel_job a, int parts, const GridState* state,
                                                         const int* done) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
@@ -661,8 +689,13 @@ __global__ void __launch_bounds__(THREADS) grid_v_kernel(qr2_panel_job a, int pa
         }
 }
 
-int grid_parts(int64_t m) { return (int)((m + ROWS - 1) / ROWS); }
-constexpr size_t grid_rows_smem() { return sizeof(double) * (ROWS + W) * LD; }
+// Blocks a matrix for the grid passes: every 256-row chunk its own while the chunks fit two waves of blocks (two an SM),
+// else two waves' worth, each walking several chunks (fewer partials for the one block a matrix that sums them).
+int grid_parts(int64_t m, int64_t batch, const qr2_device* dev) {
+    const int64_t chunks = (m + ROWS - 1) / ROWS, wave = (2 * (int64_t)dev->sms + batch - 1) / batch;
+    return (int)(chunks < wave ? chunks : wave > 1 ? wave : 1);
+}
+constexpr size_t grid_rows_smem() { return sizeof(double) * ((ROWS + W) * LD + W * W); }
 
 }  // namespace
 
@@ -681,8 +714,8 @@ extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2
 }
 
 // The grid form's workspace: per matrix its parts' partial Gram matrices and below bits, and its GridState.
-extern "C" int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch) {
-    const int64_t parts = grid_parts(m);
+extern "C" int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
+    const int64_t parts = grid_parts(m, batch, dev);
     const int64_t bytes = batch * (parts * (W * W * (int64_t)sizeof(double) + (int64_t)sizeof(unsigned)) +
                                    (int64_t)sizeof(GridState)) + 64;
     return (bytes + 3) / 4;
@@ -697,7 +730,7 @@ extern "C" int qr2_panel_cholqr_grid_run(const qr2_panel_job* a, int* done, void
                                          void* stream) {
     if (a->batch <= 0) return 0;
     if (!qr2_panel_cholqr_grid_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr_grid", "panel shape not held");
-    const int parts = grid_parts(a->m);
+    const int parts = grid_parts(a->m, a->batch, dev);
     if (a->batch > INT_MAX / parts) return qr2_record_error("panel_cholqr_grid", "more than 2^31 - 1 thread blocks");
     // work: the partials (doubles), then the below bits, then the states (8-byte aligned)
     double* partial = static_cast<double*>(work);
@@ -710,6 +743,10 @@ extern "C" int qr2_panel_cholqr_grid_run(const qr2_panel_job* a, int* done, void
     rows.block = one.block = dim3(THREADS);
     rows.smem = rows.smem_limit = grid_rows_smem();
     one.grid = dim3((unsigned)a->batch);
+    const int chunks = (int)((a->m + ROWS - 1) / ROWS);  // grid_v: a block a chunk
+    if (a->batch > INT_MAX / chunks) return qr2_record_error("panel_cholqr_grid", "more than 2^31 - 1 thread blocks");
+    Qr2Launch vrows = rows;
+    vrows.grid = dim3((unsigned)(a->batch * chunks));
     one.smem = one.smem_limit = sizeof(Small);
     const GridState* none = nullptr;
     return qr2_launch(grid_gram_kernel, rows, stream, "panel_cholqr_grid gram launch", *a, parts, none, partial,
@@ -720,6 +757,6 @@ extern "C" int qr2_panel_cholqr_grid_run(const qr2_panel_job* a, int* done, void
                       (const GridState*)state, partial, below) ||
            qr2_launch(grid_second_kernel, one, stream, "panel_cholqr_grid second launch", *a, parts,
                       (const double*)partial, state, done) ||
-           qr2_launch(grid_v_kernel, rows, stream, "panel_cholqr_grid v launch", *a, parts, (const GridState*)state,
-                      (const int*)done);
+           qr2_launch(grid_v_kernel, vrows, stream, "panel_cholqr_grid v launch", *a, chunks,
+                      (const GridState*)state, (const int*)done);
 }
