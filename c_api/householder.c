@@ -41,7 +41,7 @@ int qr2_householder_apply(const qr2_apply* a, float* work, void* blas, const qr2
     float* v = work;
     float* scratch = v + r->batch * v_floats(r);
     int* scales = 0; /* FP16: C's column scales, from its norms before the first block (Q keeps them) */
-    if (a->fp16) {
+    if (a->fp16 && r->m % 4 == 0) { /* rows not in fours leave every piece to 3xTF32 (qr2_update_fp16_holds) */
         scales = (int*)(scratch + r->batch * scratch_floats(r, a->nc) +
                         qr2_update_split_floats(r->m, a->nc, nb, r->batch, dev));
         if (qr2_column_scales_run(a->c, 1, a->ldc, a->c_bs, r->m, a->nc, r->batch, scales, stream)) return 1;

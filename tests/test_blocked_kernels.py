@@ -119,7 +119,7 @@ def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
 # 40 x 1500: clusters of 2 and 4)
 CHOLQR = [("cholqr", 64, 1), ("cholqr", 300, 3), ("cholqr", 2000, 1), ("cholqr", 2049, 2), ("cholqr", 4096, 2),
           ("cholqr", 300, 300), ("cholqr", 1000, 80), ("cholqr", 1500, 40),
-          # the grid form past a cluster's rows: one part partial (8193 rows), many matrices, 391 parts a matrix
+          # the grid form past a cluster's rows: one part partial (8193 rows), many matrices, parts walking two chunks
           ("cholqr_grid", 8193, 1), ("cholqr_grid", 9000, 40), ("cholqr_grid", 100000, 1)]
 
 

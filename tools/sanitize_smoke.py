@@ -37,7 +37,8 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_nb64_fp16", 300, 200, 200), ("blocked_nb64_fp16", 3, 300, 300),  # FP16 updates, whole strips
           ("blocked_nb64_fp16", 2, 1024, 1024),  # FP16 updates with rows split; merge_t in parts
           ("blocked_cholqr_nb64_fp16", 1, 2100, 300),  # CholeskyQR panels, FP16 updates
-          ("blocked_cholqr_nb32", 2, 9000, 70),  # the grid CholeskyQR panel past a cluster's rows
+          ("blocked_cholqr_nb32", 2, 9000, 70),  # the grid CholeskyQR panel past a cluster's rows (no cluster)
+          ("blocked_cholqr_nb32", 8, 9000, 40),  # parts walking two chunks (132 SMs: 33 parts, 36 chunks)
           ("blocked_nb64", 2, 1100, 200),  # merge_t in parts, 3xTF32
           ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_cholqr_nb64_fp16_lookahead", 2, 1100, 400)]
 
@@ -57,10 +58,11 @@ CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 
 
 def launches_clusters(route, batch, m, n):
-    if route.startswith("blocked_cholqr"):  # one block a panel only for panels of at most 126 rows, or 128 past a wave
-        return not (m <= 126 or (m <= 128 and batch >= 132))
-    if route.startswith("blocked_"):
-        return m > 512  # panel_cluster's clusters (register panels are one block)
+    if route.startswith("blocked_"):  # by the rows of each 32-column panel; past 8192 rows, grid and tall kinds
+        rows = [m - k for k in range(0, min(m, n), 32)]
+        if route.startswith("blocked_cholqr"):  # one block only for at most 126 rows, or 128 past a wave
+            return any(not (r <= 126 or (r <= 128 and batch >= 132)) and r <= 8192 for r in rows)
+        return any(512 < r <= 8192 for r in rows)  # panel_cluster's clusters (register panels are one block)
     return route.startswith(CLUSTER_ROUTES)
 
 

@@ -560,8 +560,8 @@ __global__ void __launch_bounds__(THREADS) grid_gram_kernel(qr2_panel_job a, int
     }
     double sum[W * W / THREADS] = {};
     unsigned bits = 0u;
-    for (int row0 = part * ROWS; row0 < a.m; row0 += parts * ROWS) {
-        const int rows = min(a.m - row0, ROWS), rows8 = (rows + 7) & ~7;
+    for (int64_t next = (int64_t)part * ROWS; next < a.m; next += (int64_t)parts * ROWS) {  // no overflow near 2^31
+        const int row0 = (int)next, rows = min(a.m - row0, ROWS), rows8 = (rows + 7) & ~7;
         bits |= load_rows(X, a.h + b * a.h_bs, a.ldh, row0, rows, t, warp, lane);  // ends in a barrier
         if (state) {
             times(X, rows8, B, X, warp, lane);

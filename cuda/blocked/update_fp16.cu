@@ -288,12 +288,9 @@ __global__ void __launch_bounds__(THREADS)
         for (int k = 0; k < WV; ++k) m = fmaxf(m, fabsf(S.ws[tid * LDW + k]));
         const int e = m > 0.f && isfinite(m) ? min(max(13 - ilogbf(m), -126), 126) : 0;
         S.wsc[tid] = ldexpf(1.f, e);
-        if constexpr (PART == WyPart::apply) {
-            const int x = sw.e_of[item * NT + tid] - 14 - e;
-            S.u1[tid] = ldexpf(1.f, x / 2), S.u2[tid] = ldexpf(1.f, x - x / 2);
-        } else {
-            S.u1[tid] = 1.f / (V_SCALE * S.wsc[tid] * S.s1[tid]), S.u2[tid] = 1.f / S.s2[tid];
-        }
+        // as an exponent, split in two: 2^-(14 + e + k_j) can pass FP32's range where one product would not
+        const int x = (PART == WyPart::apply ? sw.e_of[item * NT + tid] : -k_exp) - 14 - e;
+        S.u1[tid] = ldexpf(1.f, x / 2), S.u2[tid] = ldexpf(1.f, x - x / 2);
     }
     __syncthreads();
 
