@@ -233,6 +233,32 @@ def test_batches_below_the_halves_rule_run_whole(route):
     check(A, (H, tau))
 
 
+def _capture_holding_the_side_stream(A, B, expected, captured_forks, eager_forks):
+    """A captured in a CUDA graph (its call forking `captured_forks` times), B factored eagerly on another stream while
+    that capture holds this thread's side stream (forking `eager_forks` times, with `expected`'s bits); then the
+    replay gives a fresh call's bits."""
+    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(capturing):
+        graph.capture_begin(capture_error_mode="relaxed")
+        try:
+            forks = qr2_op._side_fork_count()
+            captured = whole_matrix.factor(A)
+            assert qr2_op._side_fork_count() == forks + captured_forks
+            forks = qr2_op._side_fork_count()
+            with torch.cuda.stream(other):
+                eager = whole_matrix.factor(B)
+            assert qr2_op._side_fork_count() == forks + eager_forks
+        finally:
+            graph.capture_end()
+    torch.cuda.synchronize()
+    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = whole_matrix.factor(A)
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+
+
 def test_two_halves_on_a_user_stream_and_in_a_cuda_graph(route):
     whole_matrix.side_stream_and_cuda_graph((_two_waves()[0], 200, 200))
 
@@ -245,26 +271,7 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
     batch, _ = _two_waves()
     A = torch.randn(batch, 200, 200, device="cuda")
     B = torch.randn(batch // 2 + 1, 2, 200, 200, device="cuda").transpose(0, 1)
-    expected = whole_matrix.factor(B)
-    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(capturing):
-        graph.capture_begin(capture_error_mode="relaxed")
-        try:
-            forks = qr2_op._side_fork_count()
-            captured = whole_matrix.factor(A)
-            assert qr2_op._side_fork_count() == forks + 1
-            with torch.cuda.stream(other):
-                eager = whole_matrix.factor(B)
-            assert qr2_op._side_fork_count() == forks + 1
-        finally:
-            graph.capture_end()
-    torch.cuda.synchronize()
-    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
-    graph.replay()
-    torch.cuda.synchronize()
-    fresh = whole_matrix.factor(A)
-    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+    _capture_holding_the_side_stream(A, B, whole_matrix.factor(B), captured_forks=1, eager_forks=0)
 
 
 # Lookahead (configurations `<route>_lookahead`, c_api/blocked.c): the next panel's columns updated and that panel
@@ -332,26 +339,8 @@ def test_lookahead_while_the_side_stream_is_held_by_a_capture(ahead):
     qr2_op._force_config(ahead)
     expected = whole_matrix.factor(B)
     qr2_op._force_config(ahead + "_lookahead")
-    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(capturing):
-        graph.capture_begin(capture_error_mode="relaxed")
-        try:
-            forks = qr2_op._side_fork_count()
-            captured = whole_matrix.factor(A)
-            assert qr2_op._side_fork_count() == forks + _steps_ahead(300, 300, NB[ahead])
-            forks = qr2_op._side_fork_count()
-            with torch.cuda.stream(other):
-                eager = whole_matrix.factor(B)
-            assert qr2_op._side_fork_count() == forks
-        finally:
-            graph.capture_end()
-    torch.cuda.synchronize()
-    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
-    graph.replay()
-    torch.cuda.synchronize()
-    fresh = whole_matrix.factor(A)
-    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+    _capture_holding_the_side_stream(A, B, expected, captured_forks=_steps_ahead(300, 300, NB[ahead]),
+                                     eager_forks=0)
 
 
 # The tails are found on the GPU at every call: a CUDA graph captured with one pattern of tails and replayed on
