@@ -297,6 +297,8 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
         }
     }
 
+    __syncthreads();  // the last step's column, which other threads write back
+
     // 4. the block's rows into H, and V: v below the diagonal, 1 on it, 0 above
     float* V = a.p.v ? a.p.v + b * a.p.v_bs + a.p.v_row0 : nullptr;
     for (int e = t; e < w * rows; e += THREADS) {
@@ -331,8 +333,9 @@ extern "C" int qr2_panel_tall_holds(int64_t m, int64_t w, const qr2_device* dev)
 extern "C" int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     int blocks, rows;
     plan(m, batch, dev->sms, &blocks, &rows);
-    // the resident form's (doubles, counted in floats, then a counter a matrix), which holds the per-launch form's
-    return batch * resident_part_doubles(blocks) * 2 + batch;
+    // the resident form's (doubles, counted in floats, then a counter a matrix), which holds the per-launch form's;
+    // a multiple of 4 floats, so that what the caller places after it stays 16-byte aligned
+    return batch * resident_part_doubles(blocks) * 2 + (batch + 3) / 4 * 4;
 }
 
 namespace {
@@ -353,10 +356,14 @@ size_t resident_smem_limit(const qr2_device* dev) {
 // 0 where not. A query CUDA refuses means 0 too, its error cleared (the next launch would report it as its own).
 int resident_plan(const qr2_panel_job* p, int blocks, const qr2_device* dev, size_t* smem) {
     int coop = 0, per_sm = 0;
-    const size_t limit = resident_smem_limit(dev);
-    if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev->index) != cudaSuccess || !coop || !limit ||
-        cudaFuncSetAttribute(panel_tall_resident_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit) !=
-            cudaSuccess) {
+    if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev->index) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const size_t limit = coop ? resident_smem_limit(dev) : 0;
+    if (!limit) return 0;
+    if (cudaFuncSetAttribute(panel_tall_resident_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit) !=
+        cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
