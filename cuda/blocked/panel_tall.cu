@@ -32,6 +32,35 @@ struct TallArgs {
     int j;  // this launch's step
 };
 
+// Row i of the panel (x: its columns >= r, registers indexed at compile time only) updated with reflector r, whose
+// scal, beta and coefficients s_c the step formed: H's column r becomes v (below the diagonal), beta (on it) or stays
+// R (above); columns right of r lose s_c v. Returns v (V's entry: 1 on the diagonal, 0 above).
+__device__ __forceinline__ double apply_reflector(float (&x)[W], int i, int r, int w, double scal, double beta,
+                                                  const double* coef) {
+    float xr = 0.f;
+#pragma unroll
+    for (int c = 0; c < W; ++c) xr = c == r ? x[c] : xr;
+    const double v = i > r ? xr * scal : i == r ? 1.0 : 0.0;
+    const float hr = i > r ? (float)v : i == r ? (float)beta : xr;
+#pragma unroll
+    for (int c = 0; c < W; ++c) {
+        if (c == r) x[c] = hr;
+        if (c > r && c < w) x[c] = (float)(x[c] - coef[c] * v);
+    }
+    return v;
+}
+
+// Row i's share (i > j) of reflector j's partials: the tail's sum of squares and its dots with the columns right of j.
+__device__ __forceinline__ void add_partials(const float (&x)[W], int j, int w, double& ss, double (&acc)[W]) {
+    float xf = 0.f;
+#pragma unroll
+    for (int c = 0; c < W; ++c) xf = c == j ? x[c] : xf;
+    ss = fma((double)xf, (double)xf, ss);
+#pragma unroll
+    for (int c = 0; c < W; ++c)
+        if (c > j && c < w) acc[c] = fma((double)xf, (double)x[c], acc[c]);
+}
+
 __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ double red[THREADS / 32 > GROUPS ? THREADS / 32 : GROUPS][SLOTS];
@@ -93,16 +122,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
 #pragma unroll
         for (int c = 0; c < W; ++c) x[c] = c >= r && c < w ? P[(int64_t)c * ld + i] : 0.f;
         if (r >= 0) {
-            float xr = 0.f;  // x[r], with compile-time register indices only
-#pragma unroll
-            for (int c = 0; c < W; ++c) xr = c == r ? x[c] : xr;
-            const double v = i > r ? xr * scal : i == r ? 1.0 : 0.0;
-            const float hr = i > r ? (float)v : i == r ? (float)beta : xr;  // H's column r: v, beta, R above
-#pragma unroll
-            for (int c = 0; c < W; ++c) {
-                if (c == r) x[c] = hr;
-                if (c > r && c < w) x[c] = (float)(x[c] - coef[c] * v);
-            }
+            const double v = apply_reflector(x, i, r, w, scal, beta, coef);
             if (V) V[(int64_t)r * a.p.ldv + i] = (float)v;
 #pragma unroll
             for (int c = 0; c < W; ++c)  // columns >= r changed: write them back
@@ -112,15 +132,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
 #pragma unroll
             for (int c = 0; c < W; ++c)
                 if (c >= j && c < w) next[(int64_t)a.blocks * SLOTS + 1 + c] = x[c];
-        if (j < kk && i > j) {
-            float xf = 0.f;
-#pragma unroll
-            for (int c = 0; c < W; ++c) xf = c == j ? x[c] : xf;
-            ss = fma((double)xf, (double)xf, ss);
-#pragma unroll
-            for (int c = 0; c < W; ++c)
-                if (c > j && c < w) acc[c] = fma((double)xf, (double)x[c], acc[c]);
-        }
+        if (j < kk && i > j) add_partials(x, j, w, ss, acc);
     }
     if (j >= kk) return;
 
@@ -226,16 +238,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
 #pragma unroll
             for (int c = 0; c < W; ++c) x[c] = c >= r && c < w ? tile[c * rpb + il] : 0.f;
             if (r >= 0) {
-                float xr = 0.f;  // x[r], with compile-time register indices only
-#pragma unroll
-                for (int c = 0; c < W; ++c) xr = c == r ? x[c] : xr;
-                const double v = i > r ? xr * scal : i == r ? 1.0 : 0.0;
-                const float hr = i > r ? (float)v : i == r ? (float)beta : xr;  // H's column r: v, beta, R above
-#pragma unroll
-                for (int c = 0; c < W; ++c) {
-                    if (c == r) x[c] = hr;
-                    if (c > r && c < w) x[c] = (float)(x[c] - coef[c] * v);
-                }
+                apply_reflector(x, i, r, w, scal, beta, coef);  // V is written from H's column at the end
 #pragma unroll
                 for (int c = 0; c < W; ++c)
                     if (c >= r && c < w) tile[c * rpb + il] = x[c];
@@ -244,15 +247,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
 #pragma unroll
                 for (int c = 0; c < W; ++c)
                     if (c >= j && c < w) rowj[(j & 1) * W + c] = x[c];
-            if (j < kk && i > j) {
-                float xf = 0.f;
-#pragma unroll
-                for (int c = 0; c < W; ++c) xf = c == j ? x[c] : xf;
-                ss = fma((double)xf, (double)xf, ss);
-#pragma unroll
-                for (int c = 0; c < W; ++c)
-                    if (c > j && c < w) acc[c] = fma((double)xf, (double)x[c], acc[c]);
-            }
+            if (j < kk && i > j) add_partials(x, j, w, ss, acc);
         }
         if (j == kk) break;
 
