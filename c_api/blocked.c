@@ -64,7 +64,7 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
  * below it lost: 120 x 352 (2.7 waves) +6 %, 30 x 1024 (1.8) +5 %; 16 x 2048, which won at 1.9 waves, stays whole).
  * Three or four parts lost to two on every shape measured, and halves of one matrix lost (2 x 4096 +2 %). Matrices
  * of fewer than HALVES_MIN_COLUMNS reflectors (four panels; wide or thin shapes, not measured) have little panel time
- * to hide. Panels taller than a cluster holds (the tall panel, a launch a reflector) are not measured this way either,
+ * to hide. Panels taller than a cluster holds (the tall panel) are not measured this way either,
  * and halves whose updates might call cuBLAS (its handle is bound to the caller's stream) would fail: all these stay
  * whole. */
 #define HALVES_MIN_COLUMNS 128

@@ -1,8 +1,8 @@
 /*
  * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
- * a panel kind, the compact-WY update, the merge of two T factors, the zero-tail search, the FP16 update's column
- * scales and the input transpose on
- * tensors the test allocates, on the current device and the given stream. Each returns 0, or non-zero with
+ * a panel kind (`tall_launches`: the tall panel's per-reflector form), the compact-WY update, the merge of two T
+ * factors, the zero-tail search, the FP16 update's column scales and the input transpose on tensors the test
+ * allocates, on the current device and the given stream. Each returns 0, or non-zero with
  * qr2_cuda_last_error() saying why.
  */
 #include <string.h>
@@ -17,7 +17,7 @@ QR2_EXPORT int qr2_test_panel_holds(const char* kind, int64_t m, int64_t w, int 
     if (device_of(device, &dev)) return -1;
     if (strcmp(kind, "registers") == 0) return qr2_panel_registers_holds(m, w, &dev);
     if (strcmp(kind, "cluster") == 0) return qr2_panel_cluster_holds(m, w, &dev);
-    if (strcmp(kind, "tall") == 0) return qr2_panel_tall_holds(m, w, &dev);
+    if (strcmp(kind, "tall") == 0 || strcmp(kind, "tall_launches") == 0) return qr2_panel_tall_holds(m, w, &dev);
     if (strcmp(kind, "cholqr") == 0) return qr2_panel_cholqr_holds(m, w, &dev);
     if (strcmp(kind, "cholqr_grid") == 0) return qr2_panel_cholqr_grid_holds(m, w, &dev);
     return -1;
@@ -53,10 +53,19 @@ QR2_EXPORT int qr2_test_panel(const char* kind, int64_t batch, int m, int w, flo
     if (strcmp(kind, "registers") == 0) return qr2_panel_registers_run(&job, work, &dev, stream);
     if (strcmp(kind, "cluster") == 0) return qr2_panel_cluster_run(&job, work, &dev, stream);
     if (strcmp(kind, "tall") == 0) return qr2_panel_tall_run(&job, work, &dev, stream);
+    if (strcmp(kind, "tall_launches") == 0) return qr2_panel_tall_run_launches(&job, work, &dev, stream);
     if (strcmp(kind, "cholqr") == 0) return qr2_panel_cholqr_run(&job, (int*)work, &dev, stream);
     if (strcmp(kind, "cholqr_grid") == 0)
         return qr2_panel_cholqr_grid_run(&job, (int*)work, (float*)work + done_floats(batch), &dev, stream);
     return qr2_cuda_fail("qr2_test_panel", "no such panel kind");
+}
+
+/* The tall panel's resident form's blocks a matrix for batch panels of m x w (0: one launch per reflector). */
+QR2_EXPORT int qr2_test_panel_tall_resident_blocks(int64_t batch, int m, int w, int device) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return -1;
+    const qr2_panel_job job = {.batch = batch, .m = m, .w = w};
+    return qr2_panel_tall_resident_blocks(&job, &dev);
 }
 
 /* The update's whole workspace for a batch, in floats. */

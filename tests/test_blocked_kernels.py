@@ -30,6 +30,7 @@ for _name, _res, _args in [
     ("qr2_test_merge_t_parts", _int, [_i64, _int, _int, _int]),
     ("qr2_test_zero_tail", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
+    ("qr2_test_panel_tall_resident_blocks", _int, [_i64, _int, _int, _int]),
     ("qr2_test_last_error", _str, []),
 ]:
     getattr(_lib, _name).restype, getattr(_lib, _name).argtypes = _res, _args
@@ -68,10 +69,11 @@ def _panel(kind, A, with_flags=False):
 
 
 # (kind, m, w): every rows-per-lane build of the register panel, the cluster panel from one block to eight, the tall
-# panel at heights the others hold too and beyond them
+# panel (its resident form, and one launch per reflector) at heights the others hold too and beyond them
 PANELS = [("registers", 32, 32), ("registers", 100, 17), ("registers", 300, 32), ("registers", 512, 32),
           ("cluster", 513, 32), ("cluster", 2000, 20), ("cluster", 8192, 32), ("cluster", 600, 1),
-          ("tall", 600, 32), ("tall", 9000, 32), ("tall", 20000, 7)]
+          ("tall", 600, 32), ("tall", 9000, 32), ("tall", 20000, 7), ("tall", 30000, 3),
+          ("tall_launches", 600, 32), ("tall_launches", 9000, 32), ("tall_launches", 20000, 7)]
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -93,7 +95,7 @@ def test_panel_matches_lapack(kind, m, w, batch):
     # V: zeros above the diagonal, ones on it, H's reflectors below
     eye = torch.eye(m, w, device="cuda")
     torch.testing.assert_close(V, torch.tril(H, -1) + eye, rtol=0, atol=0)
-    if kind != "tall":  # the tall panel builds no T
+    if not kind.startswith("tall"):  # the tall panel builds no T
         Q = torch.eye(m, device="cuda", dtype=torch.float64) - V.double() @ T.double() @ V.double().transpose(-1, -2)
         torch.testing.assert_close(Q[..., :w], torch.linalg.householder_product(H, tau).double(), rtol=1e-4,
                                    atol=1e-4)
@@ -108,10 +110,31 @@ def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
     A = INPUTS[inputs](2, m, w, torch.Generator().manual_seed(3)).cuda()
     H, tau, V, T = _panel(kind, A)
     assert torch.isfinite(H).all() and torch.isfinite(tau).all() and torch.isfinite(V).all()
-    if kind != "tall":
+    if not kind.startswith("tall"):
         assert torch.isfinite(T).all()
     ok, msg = check_implementation(A, (H, tau))
     assert ok, msg
+
+
+@pytest.mark.parametrize("m,w,batch", [(600, 32, 1), (9000, 32, 1), (9000, 32, 3), (20000, 7, 3), (100000, 32, 1)])
+def test_tall_panel_takes_its_resident_form(m, w, batch):
+    """The `tall` cases above run the resident form (one launch a panel), not the per-reflector launches again."""
+    assert _lib.qr2_test_panel_tall_resident_blocks(batch, m, w, torch.cuda.current_device()) > 0
+
+
+@pytest.mark.parametrize("m,w,batch", [(9000, 32, 3), (100000, 5, 1)])
+def test_tall_panel_resident_form_repeats_its_bits(m, w, batch):
+    """Whichever block arrives last sums the partials, in block order: the same bits every call."""
+    A = torch.randn(batch, m, w, device="cuda")
+    first = _panel("tall", A)
+    for _ in range(3):
+        for x, y in zip(first, _panel("tall", A)):
+            assert torch.equal(x, y) or (x.isnan().all() and y.isnan().all())
+
+
+def test_tall_panel_too_tall_for_shared_memory_takes_launches():
+    """Rows a block beyond its shared memory: one launch per reflector."""
+    assert _lib.qr2_test_panel_tall_resident_blocks(1, 4_000_000, 32, torch.cuda.current_device()) == 0
 
 
 # (m, batch): one block, a cluster of 3-16 blocks (256-row blocks from 2049 rows), and batches whose 256-row clusters
