@@ -24,8 +24,8 @@ int qr2_blocked_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_devic
     return 1; /* any shape */
 }
 
-/* The tall panel's partial sums (doubles, first in the workspace), when some panel is taller than a cluster holds;
- * with cholqr, or the grid CholeskyQR panel's partials and states, whichever is larger. */
+/* The tall panel's partial sums and counters (doubles first, first in the workspace), when some panel is taller than
+ * a cluster holds; with cholqr, or the grid CholeskyQR panel's partials and states, whichever is larger. */
 static int64_t tall_panel_floats(const qr2_config* c, const qr2_problem* p) {
     if (qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
     const int64_t tall = qr2_panel_tall_work_floats(p->m, p->batch, p->dev);

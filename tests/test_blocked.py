@@ -374,7 +374,8 @@ def test_lapack_conventions_match_torch(route):
 
 @pytest.mark.parametrize("batch", [1, 3, 300])
 def test_tall_panels(route, batch):
-    """Panels taller than a cluster holds: many blocks per matrix, one launch per reflector."""
+    """Panels taller than a cluster holds: many blocks per matrix, in one launch (batches 1 and 3) or one launch per
+    reflector (300 matrices' rows do not fit in shared memory at once)."""
     A = torch.randn(batch, 9000, 20, device="cuda")
     A[:, :, 4] *= 1e-30  # a column far below the others: its reflector's scalars need FP64
     A[:, 4000:, 7] = 0.0  # a column with a zero tail in most blocks
