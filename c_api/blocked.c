@@ -211,6 +211,7 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
             *t = t_leaf;
             return qr2_panel_cluster_run(&job, 0, p->dev, p->stream);
         }
+        if (qr2_panel_tall_builds_t(&job, p->dev)) *t = t_leaf; /* its resident form, one launch a panel */
         return qr2_panel_tall_run(&job, s->tall, p->dev, p->stream);
     }
     const int w1 = split_width(w), w2 = w - w1;

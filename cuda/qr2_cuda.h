@@ -140,13 +140,15 @@ int qr2_panel_cluster_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cluster_run(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);
 
 /* tall: any height, by many thread blocks per matrix: one launch a panel where the batch's blocks fit on the device
- * at once with their rows in shared memory (the resident form), else one launch per reflector; builds no T. work:
+ * at once with their rows in shared memory (the resident form, which also builds T where job.t is set:
+ * qr2_panel_tall_builds_t), else one launch per reflector, which builds no T. work:
  * qr2_panel_tall_work_floats(m, batch, dev) floats, 8-byte aligned. For tests: the resident form's blocks a matrix
  * for a job (0: it takes one launch per reflector), and a run that always takes one launch per reflector. */
 #define QR2_PANEL_TALL_MAX_BLOCKS 256
 int qr2_panel_tall_holds(int64_t m, int64_t w, const qr2_device* dev);
 int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev);
 int qr2_panel_tall_run(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);
+int qr2_panel_tall_builds_t(const qr2_panel_job* job, const qr2_device* dev);
 int qr2_panel_tall_resident_blocks(const qr2_panel_job* job, const qr2_device* dev);
 int qr2_panel_tall_run_launches(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);
 

@@ -50,15 +50,17 @@ __device__ __forceinline__ double apply_reflector(float (&x)[W], int i, int r, i
     return v;
 }
 
-// Row i's share (i > j) of reflector j's partials: the tail's sum of squares and its dots with the columns right of j.
-__device__ __forceinline__ void add_partials(const float (&x)[W], int j, int w, double& ss, double (&acc)[W]) {
+// Row i's share (i > j) of reflector j's partials: the tail's sum of squares and its dots with the columns right of j;
+// with `left`, also with the columns left of j (the earlier reflectors there, for T).
+__device__ __forceinline__ void add_partials(const float (&x)[W], int j, int w, bool left, double& ss,
+                                             double (&acc)[W]) {
     float xf = 0.f;
 #pragma unroll
     for (int c = 0; c < W; ++c) xf = c == j ? x[c] : xf;
     ss = fma((double)xf, (double)xf, ss);
 #pragma unroll
     for (int c = 0; c < W; ++c)
-        if (c > j && c < w) acc[c] = fma((double)xf, (double)x[c], acc[c]);
+        if ((c > j || (left && c < j)) && c < w) acc[c] = fma((double)xf, (double)x[c], acc[c]);
 }
 
 __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_kernel(TallArgs a) {
 #pragma unroll
             for (int c = 0; c < W; ++c)
                 if (c >= j && c < w) next[(int64_t)a.blocks * SLOTS + 1 + c] = x[c];
-        if (j < kk && i > j) add_partials(x, j, w, ss, acc);
+        if (j < kk && i > j) add_partials(x, j, w, false, ss, acc);
     }
     if (j >= kk) return;
 
@@ -188,6 +190,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
     __shared__ double red[THREADS / 32][SLOTS];
     __shared__ double sums[SLOTS + W];  // step r's: the tail's sum of squares, its dots, then row r
     __shared__ double coef[W];
+    __shared__ double tsh[W][W + 1];  // block 0: T, row i by thread i
     __shared__ int last;
     const int64_t b = blockIdx.x / a.blocks;
     const int k = (int)(blockIdx.x % a.blocks), t = threadIdx.x, lane = t & 31, wid = t >> 5;
@@ -224,6 +227,13 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
             if (sigma > 0.0) householder_scalars(alpha, sigma, beta, tau, scal);  // false for 0 and NaN
             if (t > r && t < w) coef[t] = tau * (sums[SLOTS + t] + scal * sums[1 + t]);
             if (k == 0 && t == 0) a.p.tau[b * a.p.tau_bs + r] = (float)tau;
+            // T's column r (slarft): T[t][r] = -tau_r sum_q T[t][q] G[q][r] over t <= q < r, where G[q][r] =
+            // v_q . v_r = v_q's entry in row r + scal_r (v_q . x_r below row r); T[r][r] = tau_r
+            if (k == 0 && a.p.t && t <= r) {
+                double s = 0.0;
+                for (int q = t; q < r; ++q) s = fma(tsh[t][q], sums[SLOTS + q] + scal * sums[1 + q], s);
+                tsh[t][r] = t == r ? tau : -tau * s;
+            }
             __syncthreads();  // coef ready
         }
 
@@ -236,7 +246,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
             const int i = row0 + il;
             float x[W];
 #pragma unroll
-            for (int c = 0; c < W; ++c) x[c] = c >= r && c < w ? tile[c * rpb + il] : 0.f;
+            for (int c = 0; c < W; ++c) x[c] = c < w ? tile[c * rpb + il] : 0.f;  // the left ones for T
             if (r >= 0) {
                 apply_reflector(x, i, r, w, scal, beta, coef);  // V is written from H's column at the end
 #pragma unroll
@@ -246,15 +256,15 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
             if (j < kk && i == j)  // row j, for step j + 1
 #pragma unroll
                 for (int c = 0; c < W; ++c)
-                    if (c >= j && c < w) rowj[(j & 1) * W + c] = x[c];
-            if (j < kk && i > j) add_partials(x, j, w, ss, acc);
+                    if (c < w) rowj[(j & 1) * W + c] = x[c];
+            if (j < kk && i > j) add_partials(x, j, w, true, ss, acc);
         }
         if (j == kk) break;
 
         // 3. the block's partials, then the matrix's barrier
         ss = warp_sum(ss);
 #pragma unroll
-        for (int c = 0; c < W; ++c) acc[c] = c > j && c < w ? warp_sum(acc[c]) : 0.0;
+        for (int c = 0; c < W; ++c) acc[c] = c != j && c < w ? warp_sum(acc[c]) : 0.0;
         if (lane == 0) {
             red[wid][0] = ss;
 #pragma unroll
@@ -302,6 +312,11 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
         P[(int64_t)c * ld + i] = h;
         if (V && c < kk) V[(int64_t)c * a.p.ldv + i] = i > c ? h : i == c ? 1.f : 0.f;
     }
+    if (k == 0 && a.p.t)  // T (ld w), zeros below its diagonal
+        for (int e = t; e < w * w; e += THREADS) {
+            const int i = e % w, c = e / w;
+            a.p.t[b * a.p.t_bs + e] = i <= c && c < kk ? (float)tsh[i][c] : 0.f;
+        }
 }
 
 // Blocks per matrix: about two waves over the GPU for the whole batch, none shorter than 512 rows (shorter
@@ -385,6 +400,11 @@ extern "C" int qr2_panel_tall_resident_blocks(const qr2_panel_job* p, const qr2_
     size_t smem;
     plan(p->m, p->batch, dev->sms, &blocks, &rows);
     return resident_plan(p, blocks, dev, &smem);
+}
+
+extern "C" int qr2_panel_tall_builds_t(const qr2_panel_job* p, const qr2_device* dev) {
+    return p->t && p->batch > 0 && p->m > 0 && p->w > 0 && qr2_panel_tall_holds(p->m, p->w, dev) &&
+           qr2_panel_tall_resident_blocks(p, dev) > 0;
 }
 
 namespace {
