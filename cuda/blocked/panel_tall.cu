@@ -32,9 +32,9 @@ struct TallArgs {
     int j;  // this launch's step
 };
 
-// Row i of the panel (x: its columns >= r, registers indexed at compile time only) updated with reflector r, whose
-// scal, beta and coefficients s_c the step formed: H's column r becomes v (below the diagonal), beta (on it) or stays
-// R (above); columns right of r lose s_c v. Returns v (V's entry: 1 on the diagonal, 0 above).
+// Row i of the panel (x: its columns, registers indexed at compile time only; those >= r change) updated with
+// reflector r, whose scal, beta and coefficients s_c the step formed: H's column r becomes v (below the diagonal),
+// beta (on it) or stays R (above); columns right of r lose s_c v. Returns v (V's entry: 1 on the diagonal, 0 above).
 __device__ __forceinline__ double apply_reflector(float (&x)[W], int i, int r, int w, double scal, double beta,
                                                   const double* coef) {
     float xr = 0.f;
@@ -179,6 +179,14 @@ __host__ __device__ constexpr int64_t resident_part_doubles(int blocks) {
     return 2 * ((int64_t)blocks + 1) * SLOTS + 2 * W;
 }
 
+// Row i of T's column r (slarft, forward, columnwise), from row i's earlier entries and step r's sums (slot 1 + q:
+// x_r's dot with column q below row r; slot SLOTS + q: row r's entry in column q).
+__device__ __forceinline__ void t_column(double* t_row, int i, int r, double tau, double scal, const double* sums) {
+    double s = 0.0;
+    for (int q = i; q < r; ++q) s = fma(t_row[q], sums[SLOTS + q] + scal * sums[1 + q], s);
+    t_row[r] = i == r ? tau : -tau * s;
+}
+
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -190,7 +198,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
     __shared__ double red[THREADS / 32][SLOTS];
     __shared__ double sums[SLOTS + W];  // step r's: the tail's sum of squares, its dots, then row r
     __shared__ double coef[W];
-    __shared__ double tsh[W][W + 1];  // block 0: T, row i by thread i
+    __shared__ double tsh[W][W + 1];  // block 0: T, row i by thread 32 + i
     __shared__ int last;
     const int64_t b = blockIdx.x / a.blocks;
     const int k = (int)(blockIdx.x % a.blocks), t = threadIdx.x, lane = t & 31, wid = t >> 5;
@@ -216,24 +224,16 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
     for (int j = 0; j <= kk; ++j) {
         // 1. reflector r = j - 1 from step r's published sums, as the per-launch form forms it
         const int r = j - 1;
-        double scal = 0.0, beta = 0.0;
+        double scal = 0.0, beta = 0.0, tau = 0.0;
         if (r >= 0) {
             if (t < SLOTS + W)
                 sums[t] = t < SLOTS ? __ldcg(total + (r & 1) * SLOTS + t) : __ldcg(rowj + (r & 1) * W + t - SLOTS);
             __syncthreads();
             const double sigma = sums[0], alpha = sums[SLOTS + r];
-            double tau = 0.0;
             beta = alpha;
             if (sigma > 0.0) householder_scalars(alpha, sigma, beta, tau, scal);  // false for 0 and NaN
             if (t > r && t < w) coef[t] = tau * (sums[SLOTS + t] + scal * sums[1 + t]);
             if (k == 0 && t == 0) a.p.tau[b * a.p.tau_bs + r] = (float)tau;
-            // T's column r (slarft): T[t][r] = -tau_r sum_q T[t][q] G[q][r] over t <= q < r, where G[q][r] =
-            // v_q . v_r = v_q's entry in row r + scal_r (v_q . x_r below row r); T[r][r] = tau_r
-            if (k == 0 && a.p.t && t <= r) {
-                double s = 0.0;
-                for (int q = t; q < r; ++q) s = fma(tsh[t][q], sums[SLOTS + q] + scal * sums[1 + q], s);
-                tsh[t][r] = t == r ? tau : -tau * s;
-            }
             __syncthreads();  // coef ready
         }
 
@@ -259,6 +259,11 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
                     if (c < w) rowj[(j & 1) * W + c] = x[c];
             if (j < kk && i > j) add_partials(x, j, w, true, ss, acc);
         }
+        // T's column r (slarft) in block 0, row i by thread 32 + i (warp 1, while warp 0 waits at the barrier below):
+        // T[i][r] = -tau_r sum_q T[i][q] G[q][r] over i <= q < r, where G[q][r] = v_q . v_r = v_q's entry in row r
+        // + scal_r (v_q . x_r below row r), from step r's sums (rewritten only after the barrier); T[r][r] = tau_r
+        const bool t_builder = k == 0 && a.p.t && r >= 0 && t >= 32 && t - 32 <= r;
+        if (t_builder && j == kk) t_column(tsh[t - 32], t - 32, r, tau, scal, sums);
         if (j == kk) break;
 
         // 3. the block's partials, then the matrix's barrier
@@ -279,6 +284,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall_resident_kernel(ResidentAr
         }
         const unsigned base = (unsigned)j * (unsigned)(a.blocks + 1);  // arrivals of the steps before
         __syncthreads();  // the partials and row j written (thread 0's fence below orders them for the GPU)
+        if (t_builder) t_column(tsh[t - 32], t - 32, r, tau, scal, sums);
         if (t == 0) {
             __threadfence();
             last = atomicAdd(arrived, 1u) == base + a.blocks - 1;
