@@ -289,6 +289,10 @@ int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
 int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     return (void)m, (void)dev, batch * 2 * 257 * 33 * 2;
 }
+/* the tall panel's resident form, which builds T: where the batch's rows fit in the SMs' shared memory, about */
+int qr2_panel_tall_builds_t(const qr2_panel_job* j, const qr2_device* dev) {
+    return j->t && j->batch * (int64_t)j->m <= 1727 * (int64_t)dev->sms;
+}
 int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev) { return (void)dev, w == 32 && m > 8192; }
 int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     return (void)dev, batch * ((m + 255) / 256 * 2049 + 6980) + 16;
