@@ -2,12 +2,12 @@
 
 Drop-ins for ``torch.linalg.householder_product`` and ``torch.ormqr``: same arguments, shapes, strides and checks.
 float32 CUDA tensors run qr2's blocked compact-WY update (tensor cores at FP32 accuracy) in blocks of 64 reflectors,
-one launch sequence for the whole batch; other dtypes, CPU tensors, and calls whose arguments need derivatives (grad
-mode with an argument that requires grad, or forward-mode AD) run torch's own operator, which has the derivatives.
+one launch sequence for the whole batch; other dtypes and CPU tensors run torch's own operator. Both are
+differentiable in every argument (real dtypes: qr2's derivatives, qr2_op/derivatives.py; complex: torch's operator).
 """
 import torch
 
-from . import _column_major_strides, _lib
+from . import _column_major_strides, _lib, derivatives
 
 __all__ = ["orgqr", "ormqr"]
 
@@ -26,9 +26,12 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     Returns:
         Q, ``(*, m, n)``, column-major inside each matrix (torch's strides).
     """
-    if torch.is_grad_enabled() and isinstance(A, torch.Tensor) and isinstance(tau, torch.Tensor) and (
-            A.requires_grad or tau.requires_grad):
-        _check_orgqr(A, tau)  # qr2's messages: torch's operator takes the call, and its own text does not cross the ABI
+    if isinstance(A, torch.Tensor) and isinstance(tau, torch.Tensor):
+        wanted = derivatives.wanted(A, tau)
+        if wanted:
+            _check_orgqr(A, tau)  # qr2's messages before torch's autograd or operator sees the call
+            if not A.is_complex():
+                return (_OrgqrForwardMode if wanted & derivatives.FORWARD else _Orgqr).apply(A, tau)
     return torch.ops.qr2.orgqr(A, tau)
 
 
@@ -47,10 +50,66 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
         The product, ``(*, m, n)``, column-major inside each matrix (torch's strides).
     """
     args = (A, tau, C)
-    if torch.is_grad_enabled() and all(isinstance(t, torch.Tensor) for t in args) and any(
-            t.requires_grad for t in args):
-        _check_ormqr(A, tau, C, left)
+    if all(isinstance(t, torch.Tensor) for t in args):
+        wanted = derivatives.wanted(*args)
+        if wanted:
+            _check_ormqr(A, tau, C, left)
+            if not A.is_complex():
+                return (_OrmqrForwardMode if wanted & derivatives.FORWARD else _Ormqr).apply(A, tau, C, left, transpose)
     return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
+
+
+# qr2's operators with qr2's derivatives (torch.compile traces no Function that has a jvp: forward mode has its own
+# classes, taken only where forward mode is active)
+class _Orgqr(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, tau):
+        return torch.ops.qr2.orgqr(A, tau)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, gQ):
+        return derivatives.orgqr_vjp(*ctx.saved_tensors, gQ)
+
+
+class _OrgqrForwardMode(_Orgqr):
+    @staticmethod
+    def jvp(ctx, dA, dtau):
+        return derivatives.orgqr_jvp(*ctx.saved_tensors, dA, dtau)
+
+
+class _Ormqr(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, tau, C, left, transpose):
+        return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, tau, C, ctx.left, ctx.transpose = inputs
+        ctx.save_for_backward(A, tau, C)
+        ctx.save_for_forward(A, tau, C)
+
+    @staticmethod
+    def backward(ctx, g):
+        A, tau, C = ctx.saved_tensors
+        grads = derivatives.ormqr_vjp(A, tau, C, g, ctx.left, ctx.transpose, torch.ops.qr2.ormqr,
+                                      ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
+        return *grads, None, None
+
+
+class _OrmqrForwardMode(_Ormqr):
+    @staticmethod
+    def jvp(ctx, dA, dtau, dC, _left, _transpose):
+        A, tau, C = ctx.saved_tensors
+        return derivatives.ormqr_jvp(A, tau, C, dA, dtau, dC, ctx.left, ctx.transpose, torch.ops.qr2.ormqr)
 
 
 def _name(dtype):

@@ -6,26 +6,12 @@ float32 CUDA tensors).
 import sys
 
 import torch
-import torch.autograd.forward_ad as _forward_ad
-from torch._C._functorch import TransformType
+
+from . import derivatives
 
 __all__ = ["qr"]
 
 _MODES = ("reduced", "complete", "r")
-
-
-def _needs_derivatives(A: torch.Tensor) -> bool:
-    """Whether a derivative of the decomposition may be asked for (qr2.geqrf has none; torch.linalg.qr has both):
-    A requires grad under grad mode, a forward-AD level is open, or a torch.func transform that differentiates
-    (grad, vjp, jacrev, jvp, jacfwd) is active. vmap alone is not: qr2.geqrf batches the samples itself."""
-    if A.requires_grad and torch.is_grad_enabled():
-        return True
-    if _forward_ad._current_level >= 0:
-        return True
-    if not torch._C._are_functorch_transforms_active():
-        return False
-    stack = torch._C._functorch.get_interpreter_stack() or []
-    return any(i.key() in (TransformType.Grad, TransformType.Jvp) for i in stack)
 
 
 def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,9 +24,10 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
             R ``(*, m, n)``) or ``"r"`` (R only; Q is an empty tensor).
 
     R is the upper triangle of qr2.geqrf's H, bit for bit. Q is qr2.orgqr of H and tau.
-    Where a derivative may be asked for (A requires grad under grad mode, forward-mode AD, torch.func's grad, vjp,
-    jacrev, jvp or jacfwd) the call is ``torch.linalg.qr`` itself, which has the derivatives qr2.geqrf lacks;
-    ``torch.vmap`` alone runs qr2.
+    Differentiable as ``torch.linalg.qr`` is (modes "reduced", and "complete" with m <= n; real dtypes): backward,
+    forward-mode AD and torch.func's transforms run qr2's decomposition and derive from Q and R with batched
+    products and one triangular solve. The other modes and complex dtypes hand calls that need a derivative to
+    ``torch.linalg.qr``, which raises or derives as it does.
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.qr: expected a Tensor, got {type(A).__name__}")
@@ -54,8 +41,17 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
         from .distributed import qr_where_it_lies
 
         return qr_where_it_lies(A, mode)
-    if _needs_derivatives(A):
-        return torch.linalg.qr(A, mode=mode)
+    wanted = derivatives.wanted(A)
+    if wanted:
+        m, n = A.shape[-2:]
+        if A.is_complex() or mode == "r" or (mode == "complete" and m > n):
+            return torch.linalg.qr(A, mode=mode)
+        # torch.compile traces no Function that has a jvp, so forward mode has a class of its own
+        return (_QRForwardMode if wanted & derivatives.FORWARD else _QR).apply(A, mode)
+    return _decompose(A, mode)
+
+
+def _decompose(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     H, tau = torch.ops.qr2.geqrf(A)
     *batch, m, n = A.shape
     k = min(m, n)
@@ -68,3 +64,35 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     # complete with m > n: the first m columns of H_0 ... H_{n-1} (LAPACK orgqr with k = n < m columns, as torch)
     Hc = torch.cat([H, H.new_zeros((*batch, m, m - n))], dim=-1)
     return torch.ops.qr2.orgqr(Hc, tau), R
+
+
+class _QR(torch.autograd.Function):
+    """qr2's decomposition with torch.linalg.qr's reverse-mode derivative (modes whose Q has min(m, n) columns)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, mode):
+        return _decompose(A, mode)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*output)
+        ctx.save_for_forward(*output)
+
+    @staticmethod
+    def backward(ctx, gQ, gR):
+        if gQ is None and gR is None:
+            return None, None
+        Q, R = ctx.saved_tensors
+        return derivatives.qr_vjp(Q, R, gQ, gR), None
+
+
+class _QRForwardMode(_QR):
+    """_QR with the forward-mode derivative too."""
+
+    @staticmethod
+    def jvp(ctx, dA, _mode):
+        Q, R = ctx.saved_tensors
+        return derivatives.qr_jvp(Q, R, dA)

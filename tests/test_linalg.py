@@ -1,6 +1,6 @@
 """qr2_op.qr is a drop-in for torch.linalg.qr: shapes, strides, signs and values (bit for bit on the CPU, where both
-run LAPACK), every mode, torch.compile, autograd (handed to torch.linalg.qr), errors; on CUDA, QR2's gates in FP64
-against the original input and R equal to qr2.geqrf's upper triangle."""
+run LAPACK), every mode, torch.compile, vmap, errors; on CUDA, QR2's gates in FP64 against the original input and R
+equal to qr2.geqrf's upper triangle. Its derivatives: test_derivatives.py."""
 import pytest
 import torch
 
@@ -47,39 +47,6 @@ def test_compiles_to_one_graph(mode):
         assert _same_layout(Q, Qr) and _same_layout(R, Rr)
         torch.testing.assert_close(Q, Qr)
         torch.testing.assert_close(R, Rr)
-
-
-def test_gradients_are_torch_linalg_qr_s():
-    """qr2.geqrf has no derivative: an input that requires grad under grad mode goes to torch.linalg.qr."""
-    A = torch.randn(2, 6, 4, dtype=torch.float64, requires_grad=True)
-    Q, R = qr2_op.qr(A)
-    (Q.sin().sum() + R.cos().sum()).backward()
-    A2 = A.detach().clone().requires_grad_()
-    Q2, R2 = torch.linalg.qr(A2)
-    (Q2.sin().sum() + R2.cos().sum()).backward()
-    assert torch.equal(A.grad, A2.grad)
-    with torch.no_grad():
-        Q, R = qr2_op.qr(A)
-    assert Q.grad_fn is None and R.grad_fn is None
-
-
-def test_forward_mode_and_func_transforms_are_torch_linalg_qr_s():
-    """Forward-mode AD, jacfwd, jacrev and grad get torch.linalg.qr's derivatives."""
-    import torch.autograd.forward_ad as fwAD
-
-    A = torch.randn(6, 4, dtype=torch.float64)
-    for transform in (torch.func.jacfwd, torch.func.jacrev):
-        for out in (0, 1):
-            got = transform(lambda a: qr2_op.qr(a)[out])(A)
-            assert torch.equal(got, transform(lambda a: torch.linalg.qr(a)[out])(A))
-    grad = torch.func.grad(lambda a: qr2_op.qr(a)[1].sin().sum())(A)
-    assert torch.equal(grad, torch.func.grad(lambda a: torch.linalg.qr(a)[1].sin().sum())(A))
-    tangent = torch.randn_like(A)
-    with fwAD.dual_level():
-        Q, R = qr2_op.qr(fwAD.make_dual(A, tangent))
-        Qr, Rr = torch.linalg.qr(fwAD.make_dual(A, tangent))
-        for x, y in ((Q, Qr), (R, Rr)):
-            assert torch.equal(fwAD.unpack_dual(x).tangent, fwAD.unpack_dual(y).tangent)
 
 
 def test_vmap_runs_qr2(monkeypatch):
