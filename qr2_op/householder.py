@@ -5,6 +5,8 @@ float32 CUDA tensors run qr2's blocked compact-WY update (tensor cores at FP32 a
 one launch sequence for the whole batch; other dtypes and CPU tensors run torch's own operator. Both are
 differentiable in every argument (real dtypes: qr2's derivatives, qr2_op/derivatives.py; complex: torch's operator).
 """
+import sys
+
 import torch
 
 from . import _column_major_strides, _lib, derivatives
@@ -30,6 +32,10 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         wanted = derivatives.wanted(A, tau)
         if wanted:
             _check_orgqr(A, tau)  # qr2's messages before torch's autograd or operator sees the call
+            if _is_dtensor(A):
+                from .distributed import apply_where_it_lies
+
+                return apply_where_it_lies(orgqr, (A, tau), A.shape)
             if not A.is_complex():
                 return (_OrgqrForwardMode if wanted & derivatives.FORWARD else _Orgqr).apply(A, tau)
     return torch.ops.qr2.orgqr(A, tau)
@@ -54,6 +60,10 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
         wanted = derivatives.wanted(*args)
         if wanted:
             _check_ormqr(A, tau, C, left)
+            if _is_dtensor(A):
+                from .distributed import apply_where_it_lies
+
+                return apply_where_it_lies(lambda *t: ormqr(*t, left, transpose), args, C.shape)
             if not A.is_complex():
                 return (_OrmqrForwardMode if wanted & derivatives.FORWARD else _Ormqr).apply(A, tau, C, left, transpose)
     return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
@@ -110,6 +120,11 @@ class _OrmqrForwardMode(_Ormqr):
     def jvp(ctx, dA, dtau, dC, _left, _transpose):
         A, tau, C = ctx.saved_tensors
         return derivatives.ormqr_jvp(A, tau, C, dA, dtau, dC, ctx.left, ctx.transpose, torch.ops.qr2.ormqr)
+
+
+def _is_dtensor(x):
+    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
+    return dtensor is not None and isinstance(x, dtensor.DTensor)
 
 
 def _name(dtype):
