@@ -93,6 +93,8 @@ def _check_gradients(mesh, A, C):
         return [a.grad for a in args]
 
     H, tau = torch.geqrf(A)
+    with pytest.raises(RuntimeError, match="qr2.orgqr: expected every tensor argument to be a DTensor where A is one"):
+        qr2_op.orgqr(distribute_tensor(H, mesh, [Shard(0)]).requires_grad_(), tau)
     cases = [(lambda a: sum(x.sum() for x in qr2_op.qr(a)), (A,), [Shard(0)]),
              (qr2_op.orgqr, (H, tau), [Shard(0)] * 2),
              (lambda h, t, c: qr2_op.ormqr(h, t, c, False, True), (H, tau, C), [Shard(0)] * 3),
