@@ -25,13 +25,29 @@ def wanted(*tensors) -> int:
     """Which derivatives a call may be asked for: REVERSE where an argument requires grad under grad mode or
     torch.func's grad, vjp or jacrev is active; FORWARD where a forward-AD level is open or torch.func's jvp or jacfwd
     is active (0: none; vmap alone asks for none)."""
-    modes = REVERSE if torch.is_grad_enabled() and any(t.requires_grad for t in tensors) else 0
+    modes = REVERSE if torch.is_grad_enabled() and any(_unbatched(t).requires_grad for t in tensors) else 0
     if _forward_ad._current_level >= 0:
         modes |= FORWARD
     if torch._C._are_functorch_transforms_active():
         for i in torch._C._functorch.get_interpreter_stack() or []:
             modes |= {TransformType.Grad: REVERSE, TransformType.Jvp: FORWARD}.get(i.key(), 0)
     return modes
+
+
+def _unbatched(t: torch.Tensor) -> torch.Tensor:
+    """t without vmap's wrappers: inside torch.vmap a sample does not report that the batch requires grad."""
+    while torch._C._functorch.is_batchedtensor(t):
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
+
+
+def nested_forward() -> bool:
+    """Forward mode inside forward mode (jacfwd of jacfwd): there torch does not differentiate an autograd.Function's
+    jvp at the outer level, so second-order terms would silently be zero. (torch.autograd.forward_ad has one level;
+    torch.func's jvp levels are on the interpreter stack.)"""
+    if not torch._C._are_functorch_transforms_active():
+        return False
+    return sum(i.key() == TransformType.Jvp for i in torch._C._functorch.get_interpreter_stack() or []) >= 2
 
 
 def column_major(x: torch.Tensor) -> torch.Tensor:
@@ -42,6 +58,10 @@ def column_major(x: torch.Tensor) -> torch.Tensor:
 # No slice where none is needed: legacy vmap (gradcheck's batched checks) has no rule for the alias a full slice is.
 def _leading(x: torch.Tensor, k: int) -> torch.Tensor:
     return x if x.shape[-1] == k else x[..., :k]
+
+
+def _trailing(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x if k == 0 else x[..., k:]
 
 
 def _top(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -60,7 +80,7 @@ def qr_jvp(Q, R, dA):
     U = C - W
     dQ, dR = X - Q @ U, U @ R1
     if R.shape[-1] > k:
-        dR = torch.cat([dR, Q.mT @ dA[..., k:] - W @ R[..., k:]], dim=-1)
+        dR = torch.cat([dR, Q.mT @ _trailing(dA, k) - W @ _trailing(R, k)], dim=-1)
     return column_major(dQ), column_major(dR)
 
 
@@ -73,9 +93,9 @@ def qr_vjp(Q, R, gQ, gR):
         if gR is None:
             gY = Q.new_zeros((*Q.shape[:-1], n - k))
         else:
-            gR2 = gR[..., k:]
+            gR2 = _trailing(gR, k)
             gY = Q @ gR2
-            through_w = Q @ (R[..., k:] @ gR2.mT)
+            through_w = Q @ (_trailing(R, k) @ gR2.mT)
             gQ = through_w if gQ is None else gQ + through_w
     M = torch.zeros_like(R1) if gR is None else _leading(gR, k) @ R1.mT
     if gQ is not None:
@@ -150,7 +170,7 @@ def orgqr_vjp(A, tau, gQ):
 
 
 def ormqr_jvp(A, tau, C, dA, dtau, dC, left, transpose, ormqr):
-    """The tangent of Q C, Q^T C, C Q or C Q^T; ormqr(A, tau, C, left, transpose) applies Q."""
+    """The tangent of Q C, Q^T C, C Q or C Q^T; ormqr is qr2_op.ormqr (applies Q, differentiable itself)."""
     wy = CompactWY(A, tau)
     Cl = C if left else C.mT  # C Q~ = (Q~^T C^T)^T
     dV, dT = wy.tangent(dA, dtau)
@@ -161,9 +181,10 @@ def ormqr_jvp(A, tau, C, dA, dtau, dC, left, transpose, ormqr):
     return column_major(out)
 
 
-def ormqr_vjp(A, tau, C, g, left, transpose, ormqr, needs_reflectors=True):
-    """(gA, gtau, gC) of Q~ C (left) or C Q~ (right), Q~ = Q or Q^T; gA and gtau are None unless needs_reflectors."""
-    gC = ormqr(A, tau, g, left, not transpose)
+def ormqr_vjp(A, tau, C, g, left, transpose, ormqr, needs_reflectors=True, needs_c=True):
+    """(gA, gtau, gC) of Q~ C (left) or C Q~ (right), Q~ = Q or Q^T; gA and gtau are None unless needs_reflectors, gC
+    unless needs_c. ormqr is qr2_op.ormqr (differentiable itself, for higher derivatives)."""
+    gC = ormqr(A, tau, g, left, not transpose) if needs_c else None
     if not needs_reflectors:
         return None, None, gC
     Cl, gl = (C, g) if left else (C.mT, g.mT)  # as Q~^T C^T with cotangent g^T

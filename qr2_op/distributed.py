@@ -5,7 +5,9 @@ already loaded; importing it costs about half a second, so qr2 does not load it 
 whole on one rank, so the placements qr2's operators (geqrf, orgqr, ormqr) run with are a shard of one batch dimension
 (every argument and output sharded on that dimension, each rank working on its own matrices, no communication) or
 everything replicated. DTensor redistributes an input sharded otherwise (across a matrix's rows or columns) to one of them.
-``qr2_op.qr`` of a DTensor decomposes each rank's own matrices the same way (``qr_where_it_lies``).
+``qr2_op.qr`` of a DTensor decomposes each rank's own matrices the same way (``qr_where_it_lies``), and so do
+``qr2_op.orgqr`` and ``ormqr`` where a derivative may be needed (``apply_where_it_lies``): qr2's derivatives then run
+on each rank's local tensors, which DTensor's operators could not all do.
 """
 import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -46,6 +48,25 @@ register_sharding([torch.ops.qr2.orgqr.default, torch.ops.qr2._orgqr_impl.defaul
 register_sharding([torch.ops.qr2.ormqr.default, torch.ops.qr2._ormqr_impl.default])(_ormqr_placements)
 
 
+def _whole(local, like: DTensor, shape, placements):
+    return DTensor.from_local(local, like.device_mesh, placements, run_check=False, shape=torch.Size(shape),
+                              stride=qr2_op._column_major_strides(shape) if len(shape) >= 2 else (1,))
+
+
+def apply_where_it_lies(op, tensors, out_shape):
+    """op(*local tensors) on each rank, for DTensors that share one placement: a shard of a batch dimension (of the
+    first, the reflectors A) or replication; any other placements are first redistributed to replicated. The result
+    (shape out_shape, column-major per matrix) keeps that placement. Differentiable through to_local and from_local."""
+    A = tensors[0]
+    placements = list(A.placements)
+    batch_dims = A.ndim - 2
+    if not (all(list(t.placements) == placements for t in tensors) and all(
+            isinstance(p, Replicate) or (isinstance(p, Shard) and p.dim % A.ndim < batch_dims) for p in placements)):
+        placements = [Replicate()] * A.device_mesh.ndim
+        tensors = [t.redistribute(A.device_mesh, placements) for t in tensors]
+    return _whole(op(*(t.to_local() for t in tensors)), A, out_shape, placements)
+
+
 def qr_where_it_lies(A: DTensor, mode: str):
     """qr2_op.qr of a DTensor: where A is sharded on batch dimensions (or replicated) each rank decomposes its own
     matrices with no communication, and Q and R come back with A's placements; a placement across a matrix's rows or
@@ -60,12 +81,7 @@ def qr_where_it_lies(A: DTensor, mode: str):
     Q, R = qr(A.to_local(), mode)
     *batch, m, n = A.shape
     rows = m if mode == "complete" else min(m, n)
-
-    def whole(local, shape, placements):
-        return DTensor.from_local(local, A.device_mesh, placements, run_check=False, shape=torch.Size(shape),
-                                  stride=qr2_op._column_major_strides(shape) if len(shape) >= 2 else (1,))
-
-    R = whole(R, (*batch, rows, n), keep)
+    R = _whole(R, A, (*batch, rows, n), keep)
     if mode == "r":
-        return whole(Q, (0,), [Replicate()] * A.device_mesh.ndim), R
-    return whole(Q, (*batch, m, m if mode == "complete" else min(m, n)), keep), R
+        return _whole(Q, A, (0,), [Replicate()] * A.device_mesh.ndim), R
+    return _whole(Q, A, (*batch, m, m if mode == "complete" else min(m, n)), keep), R

@@ -5,6 +5,8 @@ float32 CUDA tensors run qr2's blocked compact-WY update (tensor cores at FP32 a
 one launch sequence for the whole batch; other dtypes and CPU tensors run torch's own operator. Both are
 differentiable in every argument (real dtypes: qr2's derivatives, qr2_op/derivatives.py; complex: torch's operator).
 """
+import sys
+
 import torch
 
 from . import _column_major_strides, _lib, derivatives
@@ -30,7 +32,10 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         wanted = derivatives.wanted(A, tau)
         if wanted:
             _check_orgqr(A, tau)  # qr2's messages before torch's autograd or operator sees the call
+            if _is_dtensor(A):
+                return _where_it_lies("qr2.orgqr", orgqr, (A, tau), A.shape)
             if not A.is_complex():
+                _refuse_nested_forward("qr2.orgqr")
                 return (_OrgqrForwardMode if wanted & derivatives.FORWARD else _Orgqr).apply(A, tau)
     return torch.ops.qr2.orgqr(A, tau)
 
@@ -54,7 +59,10 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
         wanted = derivatives.wanted(*args)
         if wanted:
             _check_ormqr(A, tau, C, left)
+            if _is_dtensor(A):
+                return _where_it_lies("qr2.ormqr", lambda *t: ormqr(*t, left, transpose), args, C.shape)
             if not A.is_complex():
+                _refuse_nested_forward("qr2.ormqr")
                 return (_OrmqrForwardMode if wanted & derivatives.FORWARD else _Ormqr).apply(A, tau, C, left, transpose)
     return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
 
@@ -100,8 +108,8 @@ class _Ormqr(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         A, tau, C = ctx.saved_tensors
-        grads = derivatives.ormqr_vjp(A, tau, C, g, ctx.left, ctx.transpose, torch.ops.qr2.ormqr,
-                                      ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
+        needs = ctx.needs_input_grad
+        grads = derivatives.ormqr_vjp(A, tau, C, g, ctx.left, ctx.transpose, ormqr, needs[0] or needs[1], needs[2])
         return *grads, None, None
 
 
@@ -109,7 +117,29 @@ class _OrmqrForwardMode(_Ormqr):
     @staticmethod
     def jvp(ctx, dA, dtau, dC, _left, _transpose):
         A, tau, C = ctx.saved_tensors
-        return derivatives.ormqr_jvp(A, tau, C, dA, dtau, dC, ctx.left, ctx.transpose, torch.ops.qr2.ormqr)
+        return derivatives.ormqr_jvp(A, tau, C, dA, dtau, dC, ctx.left, ctx.transpose, ormqr)
+
+
+def _refuse_nested_forward(name):
+    if derivatives.nested_forward():
+        raise RuntimeError(f"{name}: forward-mode AD nested in forward-mode AD (jacfwd of jacfwd) is not supported: "
+                           "torch would not differentiate the inner derivative; use jacrev for one of the levels "
+                           "(as torch.func.hessian does)")
+
+
+def _is_dtensor(x):
+    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
+    return dtensor is not None and isinstance(x, dtensor.DTensor)
+
+
+def _where_it_lies(name, op, tensors, out_shape):
+    """A call on DTensors that may need a derivative: qr2's derivatives on each rank's local tensors."""
+    from .distributed import apply_where_it_lies
+
+    if not all(_is_dtensor(t) for t in tensors):
+        raise RuntimeError(f"{name}: expected every tensor argument to be a DTensor where A is one, got a "
+                           "torch.Tensor (distribute it, or pass A as a local tensor)")
+    return apply_where_it_lies(op, tensors, out_shape)
 
 
 def _name(dtype):

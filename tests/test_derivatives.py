@@ -31,7 +31,8 @@ def no_torch_qr(monkeypatch):
 
 # (shape, mode): every mode torch.linalg.qr differentiates (Q with min(m, n) columns), tall, square and wide
 DIFFERENTIABLE = [((6, 4), "reduced"), ((5, 5), "complete"), ((4, 6), "reduced"), ((4, 6), "complete"),
-                  ((2, 3, 7, 3), "reduced"), ((2, 1, 3), "reduced"), ((3, 1), "reduced"), ((2, 3, 5), "complete")]
+                  ((2, 3, 7, 3), "reduced"), ((2, 1, 3), "reduced"), ((3, 1), "reduced"), ((2, 3, 5), "complete"),
+                  ((0, 3), "reduced"), ((3, 0), "reduced"), ((0, 4, 4), "reduced")]
 
 
 @pytest.mark.parametrize("shape,mode", DIFFERENTIABLE, ids=str)
@@ -73,6 +74,26 @@ def test_qr_derivatives_match_torch_linalg_qr(shape, no_torch_qr):
     with torch.no_grad():
         Q, R = qr2_op.qr(A.clone().requires_grad_())
     assert Q.grad_fn is None and R.grad_fn is None
+
+
+def test_qr_nested_forward_mode_is_torch_linalg_qr_s():
+    """jacfwd of jacfwd: torch does not differentiate a Function's jvp at the outer level, so those calls go to
+    torch.linalg.qr (whose second derivatives are right) instead of returning zero second-order terms."""
+    A = torch.randn(5, 3, dtype=torch.float64)
+    for out in (0, 1):
+        got = torch.func.jacfwd(torch.func.jacfwd(lambda a: qr2_op.qr(a)[out].sin().sum()))(A)
+        want = torch.func.jacrev(torch.func.jacrev(lambda a: torch.linalg.qr(a)[out].sin().sum()))(A)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_qr_under_vmap_of_an_input_that_requires_grad(no_torch_qr):
+    A = torch.randn(3, 6, 4, requires_grad=True)
+    Q, R = torch.vmap(qr2_op.qr)(A)
+    (Q.sin().sum() + R.cos().sum()).backward()
+    B = A.detach().clone().requires_grad_()
+    Q, R = qr2_op.qr(B)
+    (Q.sin().sum() + R.cos().sum()).backward()
+    torch.testing.assert_close(A.grad, B.grad)
 
 
 def test_qr_compiled_backward_is_one_graph(no_torch_qr):
@@ -179,6 +200,52 @@ def test_reflector_derivatives_match_torch_s():
             ours = transform(lambda h, t, c: qr2_op.ormqr(h, t, c, left, transpose), argnums=(0, 1, 2))
             torchs = torch.func.jacrev(lambda h, t, c: torch.ormqr(h, t, c, left, transpose), argnums=(0, 1, 2))
             close(ours(H, tau, C), torchs(H, tau, C))
+
+
+def test_reflector_hessians_match_torch_s():
+    """Second derivatives (torch.func.hessian: forward over reverse) of every argument pair, against torch's reverse
+    over reverse; ormqr's backward applies Q through qr2_op.ormqr, which is differentiable in turn."""
+    H, tau = _reflectors((6, 4), zero_tau=1)
+    close = lambda x, y: torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-11)  # noqa: E731
+    twice = lambda f: torch.func.jacrev(torch.func.jacrev(f, argnums=(0, 1)), argnums=(0, 1))  # noqa: E731
+    close(torch.func.hessian(lambda h, t: qr2_op.orgqr(h, t).sin().sum(), argnums=(0, 1))(H, tau),
+          twice(lambda h, t: torch.linalg.householder_product(h, t).sin().sum())(H, tau))
+    for left, transpose in SIDES:
+        C = _other(H.shape, left, 2)
+        ours = torch.func.hessian(lambda h, c: qr2_op.ormqr(h, tau, c, left, transpose).sin().sum(), argnums=(0, 1))
+        close(ours(H, C), twice(lambda h, c: torch.ormqr(h, tau, c, left, transpose).sin().sum())(H, C))
+
+
+def test_reflector_higher_derivatives_stay_on_qr2s_operators():
+    """Every qr2::ormqr call of a double backward runs qr2's own kernel (its twin _ormqr_impl), none the raw operator's
+    hand-over to aten::ormqr that a call needing derivatives takes."""
+    from torch.profiler import profile
+
+    H, tau = _reflectors((2, 6, 4))
+    args = [x.requires_grad_() for x in (H, tau, _other(H.shape, True, 3))]
+    with profile() as prof:
+        grads = torch.autograd.grad(qr2_op.ormqr(*args, True, True).sin().sum(), args, create_graph=True)
+        torch.autograd.grad(sum(g.sum() for g in grads), args)
+    names = [e.name for e in prof.events()]
+    assert names.count("qr2::ormqr") >= 3 and names.count("qr2::ormqr") == names.count("qr2::_ormqr_impl")
+
+
+def test_reflector_nested_forward_mode_raises():
+    H, tau = _reflectors((5, 3))
+    C = _other(H.shape, True, 2)
+    for name, f in (("orgqr", lambda h: qr2_op.orgqr(h, tau).sum()),
+                    ("ormqr", lambda h: qr2_op.ormqr(h, tau, C).sum())):
+        with pytest.raises(RuntimeError, match=f"qr2.{name}: forward-mode AD nested in forward-mode AD"):
+            torch.func.jacfwd(torch.func.jacfwd(f))(H)
+
+
+def test_ormqr_gradient_of_c_alone():
+    H, tau = _reflectors((2, 6, 4))
+    for left, transpose in SIDES:
+        C = _other(H.shape, left, 3).requires_grad_()
+        grad = torch.autograd.grad(qr2_op.ormqr(H, tau, C, left, transpose).sin().sum(), C)[0]
+        want = torch.autograd.grad(torch.ormqr(H, tau, C, left, transpose).sin().sum(), C)[0]
+        torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
 
 
 def test_reflector_derivatives_compile_to_one_graph():

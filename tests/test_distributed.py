@@ -74,6 +74,43 @@ def _check_householder(mesh, A, C):
         assert torch.equal(X.full_tensor(), torch.ormqr(H, tau, C, False, True))
 
 
+def _check_gradients(mesh, A, C):
+    """Derivatives through DTensors: qr2_op.qr, orgqr and ormqr of batch-sharded arguments give each rank the
+    gradients of its own matrices, sharded alike; with C split across its rows (redistributed to replicated) the
+    gradients are still the whole batch's."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    import qr2_op
+
+    def grads(f, tensors, placements):
+        args = [distribute_tensor(t, mesh, [p]).requires_grad_() for t, p in zip(tensors, placements)]
+        f(*args).sin().sum().backward()
+        return args
+
+    def local_grads(f, tensors):
+        args = [t.clone().requires_grad_() for t in tensors]
+        f(*args).sin().sum().backward()
+        return [a.grad for a in args]
+
+    H, tau = torch.geqrf(A)
+    with pytest.raises(RuntimeError, match="qr2.orgqr: expected every tensor argument to be a DTensor where A is one"):
+        qr2_op.orgqr(distribute_tensor(H, mesh, [Shard(0)]).requires_grad_(), tau)
+    cases = [(lambda a: sum(x.sum() for x in qr2_op.qr(a)), (A,), [Shard(0)]),
+             (qr2_op.orgqr, (H, tau), [Shard(0)] * 2),
+             (lambda h, t, c: qr2_op.ormqr(h, t, c, False, True), (H, tau, C), [Shard(0)] * 3),
+             (lambda h, t, c: qr2_op.ormqr(h, t, c, False, True), (H, tau, C), [Shard(0), Shard(0), Shard(1)])]
+    for f, tensors, placements in cases:
+        args = grads(f, tensors, placements)
+        if all(p == Shard(0) for p in placements):  # worked where it lies: the gradients lie there too
+            assert all(a.grad.placements == (Shard(0),) for a in args), [a.grad.placements for a in args]
+        if A.device.type == "cpu":  # to FP32 rounding: BLAS may round a product of a shard and of the whole apart
+            for a, want in zip(args, local_grads(f, tensors)):
+                torch.testing.assert_close(a.grad.full_tensor(), want)
+        elif placements[-1] == Shard(0):  # each rank's own matrices, decomposed alone
+            for a, want in zip(args, local_grads(f, [a.to_local().detach() for a in args])):
+                torch.testing.assert_close(a.grad.to_local(), want)
+
+
 def _worker(rank, world, port, backend):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     device = "cpu" if backend == "gloo" else "cuda"
@@ -113,6 +150,7 @@ def _worker(rank, world, port, backend):
         _check_qr(mesh, randn(4, 20, 30), Replicate())
         _check_qr(mesh, randn(4, 40, 30), Shard(1))
         _check_householder(mesh, randn(6, 40, 30), randn(6, 9, 40))
+        _check_gradients(mesh, randn(4, 12, 7), randn(4, 5, 12))
     finally:
         dist.destroy_process_group()
     # Every check passed. Leave without the interpreter's teardown: in about one full-suite run in three, a rank that
