@@ -111,3 +111,38 @@ def test_runs_on_the_current_stream():
     stream.synchronize()
     torch.testing.assert_close(H2, expected[0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(tau, expected[1], rtol=1e-4, atol=1e-4)
+
+
+class _Decompositions(torch.nn.Module):
+    """A model using each of qr2's operators: geqrf, qr (geqrf and orgqr inside), orgqr and ormqr."""
+
+    def forward(self, x):
+        H, tau = torch.ops.qr2.geqrf(x)
+        Q, R = qr2_op.qr(x)
+        return qr2_op.orgqr(H, tau) - Q, qr2_op.ormqr(H, tau, x, True, True), R
+
+
+def test_export_keeps_qr2s_operators(device):
+    """torch.export (dynamic batch): the program calls qr2's operators and matches eager on another batch size."""
+    model = _Decompositions()
+    program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert {"qr2.geqrf.default", "qr2.orgqr.default", "qr2.ormqr.default"} <= targets, targets
+    x = torch.randn(4, 8, 5, device=device)
+    for got, want in zip(program.module()(x), model(x)):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+
+
+def test_aot_inductor_package_runs_qr2s_operators(device, tmp_path):
+    """An AOTInductor package of that program (C++ compiled ahead of time, loaded back) calls qr2's operators through
+    torch's proxy executor and matches eager."""
+    model = _Decompositions()
+    program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "model.pt2"))
+    loaded = torch._inductor.aoti_load_package(package)
+    x = torch.randn(5, 8, 5, device=device)
+    for got, want in zip(loaded(x), model(x)):
+        torch.testing.assert_close(got, want)
