@@ -71,10 +71,12 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     graph, on the current stream). float64 and complex input, and every CPU input, are delegated
     to ``aten::geqrf``. Other dtypes raise RuntimeError. The operator is not differentiable:
     backward raises, as torch.geqrf's does, and so do forward-mode AD and torch.func's gradient
-    transforms. ``torch.vmap`` factors all samples in one call.
+    transforms. ``torch.vmap`` factors all samples in one call. Inside ``torch.autocast``, float16 and
+    bfloat16 input is factored in float32.
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.geqrf: expected a Tensor, got {type(A).__name__}")
+    A = _autocast_float32(A)
     # (A forward-AD level opened through torch._C alone, not forward_ad.dual_level, escapes the last test.)
     if (A.layout == torch.strided and not (A.requires_grad and torch.is_grad_enabled())
             and _forward_ad._current_level < 0):
@@ -82,6 +84,19 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # kernel would pick too, without that kernel's probe and nested dispatch (about 1.7 us per call).
         return _geqrf_impl_op(A)
     return _geqrf_op(A)
+
+
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _autocast_float32(t):
+    """t in float32 where it is float16 or bfloat16 and torch.autocast is on for its device: QR needs FP32's
+    precision (torch's CPU autocast runs geqrf, householder_product and ormqr in float32 too). The operators' own
+    autocast rule (below) does the same for torch.ops.qr2 in eager mode; torch.compile traces this cast, not that
+    rule."""
+    if isinstance(t, torch.Tensor) and t.dtype in _HALF_DTYPES and torch.is_autocast_enabled(t.device.type):
+        return t.float()
+    return t
 
 
 def _contiguous_strides(sizes):
@@ -167,6 +182,18 @@ torch.library.register_vmap("qr2::geqrf", _vmap_rule(_geqrf_op))
 torch.library.register_vmap("qr2::_geqrf_impl", _vmap_rule(_geqrf_op))
 
 _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it would drop the kernel
+
+
+def _autocast_to_float32(ops):
+    """Inside torch.autocast, float16 and bfloat16 arguments of these operators run in float32 (float64 and complex
+    ones as they are), as _autocast_float32 does for qr2_op's functions. Outside autocast the rule costs nothing (its
+    dispatch keys are not set)."""
+    for op in ops:
+        for device in ("cpu", "cuda"):
+            torch.library.register_autocast(f"qr2::{op}", device, torch.float32, lib=_impl_lib)
+
+
+_autocast_to_float32(("geqrf", "_geqrf_impl"))
 _impl_lib.impl("_geqrf_tracked", _geqrf_tracked, "CompositeImplicitAutograd")
 
 

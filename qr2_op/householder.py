@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from . import _column_major_strides, _lib, derivatives
+from . import _autocast_float32, _autocast_to_float32, _column_major_strides, _lib, derivatives
 
 __all__ = ["orgqr", "ormqr"]
 
@@ -26,8 +26,10 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         tau: ``(*, k)`` with ``k <= n``, A's batch dimensions, dtype and device.
 
     Returns:
-        Q, ``(*, m, n)``, column-major inside each matrix (torch's strides).
+        Q, ``(*, m, n)``, column-major inside each matrix (torch's strides). Inside ``torch.autocast``, float16 and
+        bfloat16 arguments run in float32.
     """
+    A, tau = _autocast_float32(A), _autocast_float32(tau)
     if isinstance(A, torch.Tensor) and isinstance(tau, torch.Tensor):
         wanted = derivatives.wanted(A, tau)
         if wanted:
@@ -52,9 +54,10 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
         C: ``(*, m, n)``, A's batch dimensions, dtype and device; never modified.
 
     Returns:
-        The product, ``(*, m, n)``, column-major inside each matrix (torch's strides).
+        The product, ``(*, m, n)``, column-major inside each matrix (torch's strides). Inside ``torch.autocast``,
+        float16 and bfloat16 arguments run in float32.
     """
-    args = (A, tau, C)
+    A, tau, C = args = tuple(_autocast_float32(t) for t in (A, tau, C))
     if all(isinstance(t, torch.Tensor) for t in args):
         wanted = derivatives.wanted(*args)
         if wanted:
@@ -236,3 +239,4 @@ for _op in ("orgqr", "_orgqr_impl"):
     torch.library.register_vmap(f"qr2::{_op}", _orgqr_vmap)
 for _op in ("ormqr", "_ormqr_impl"):
     torch.library.register_vmap(f"qr2::{_op}", _ormqr_vmap)
+_autocast_to_float32(("orgqr", "_orgqr_impl", "ormqr", "_ormqr_impl"))

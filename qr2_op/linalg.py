@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from . import derivatives
+from . import _autocast_float32, derivatives
 
 __all__ = ["qr"]
 
@@ -27,7 +27,8 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     Differentiable as ``torch.linalg.qr`` is (modes "reduced", and "complete" with m <= n; real dtypes): backward,
     forward-mode AD and torch.func's transforms run qr2's decomposition and derive from Q and R with batched
     products and one triangular solve. The other modes and complex dtypes hand calls that need a derivative to
-    ``torch.linalg.qr``, which raises or derives as it does.
+    ``torch.linalg.qr``, which raises or derives as it does. Inside ``torch.autocast``, float16 and bfloat16 input
+    is decomposed in float32.
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.qr: expected a Tensor, got {type(A).__name__}")
@@ -36,6 +37,7 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     if A.dim() < 2:
         raise RuntimeError(f"qr2.qr: expected a tensor of shape (*, m, n) with at least 2 dimensions, got {A.dim()} "
                            "dimension(s)")
+    A = _autocast_float32(A)
     dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
     if dtensor is not None and isinstance(A, dtensor.DTensor):
         from .distributed import qr_where_it_lies

@@ -111,3 +111,83 @@ def test_runs_on_the_current_stream():
     stream.synchronize()
     torch.testing.assert_close(H2, expected[0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(tau, expected[1], rtol=1e-4, atol=1e-4)
+
+
+class _Decompositions(torch.nn.Module):
+    """A model using each of qr2's operators: geqrf, qr (geqrf and orgqr inside), orgqr and ormqr."""
+
+    def forward(self, x):
+        H, tau = torch.ops.qr2.geqrf(x)
+        Q, R = qr2_op.qr(x)
+        return qr2_op.orgqr(H, tau) - Q, qr2_op.ormqr(H, tau, x, True, True), R
+
+
+def test_export_keeps_qr2s_operators(device):
+    """torch.export (dynamic batch): the program calls qr2's operators and matches eager on another batch size."""
+    model = _Decompositions()
+    program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert {"qr2.geqrf.default", "qr2.orgqr.default", "qr2.ormqr.default"} <= targets, targets
+    x = torch.randn(4, 8, 5, device=device)
+    for got, want in zip(program.module()(x), model(x)):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+
+
+def test_aot_inductor_package_runs_qr2s_operators(device, tmp_path):
+    """An AOTInductor package of that program (C++ compiled ahead of time, loaded back) calls qr2's operators through
+    torch's proxy executor and matches eager."""
+    model = _Decompositions()
+    program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "model.pt2"))
+    loaded = torch._inductor.aoti_load_package(package)
+    x = torch.randn(5, 8, 5, device=device)
+    for got, want in zip(loaded(x), model(x)):
+        torch.testing.assert_close(got, want)
+
+
+_AUTOCAST = {"cpu": torch.bfloat16, "cuda": torch.float16}
+
+
+def _half_input(device):
+    return torch.randn(3, 8, 5, device=device).to(_AUTOCAST[device])
+
+
+def test_autocast_runs_half_input_in_float32(device):
+    """Inside torch.autocast, float16/bfloat16 arguments of qr2's operators and functions run in float32 (the same
+    bits as a float32 call); float64 stays float64; outside autocast a half input is refused as before."""
+    x = _half_input(device)
+    H32, tau32 = torch.ops.qr2.geqrf(x.float())
+    C = x[..., :3]
+    with torch.autocast(device, dtype=_AUTOCAST[device]):
+        for H, tau in (torch.ops.qr2.geqrf(x), qr2_op.geqrf(x)):
+            assert H.dtype == tau.dtype == torch.float32
+            assert torch.equal(H, H32) and torch.equal(tau, tau32)
+        Q, R = qr2_op.qr(x)
+        assert (Q.dtype, R.dtype) == (torch.float32, torch.float32)
+        assert torch.equal(R, qr2_op.qr(x.float())[1])
+        Hh, tauh = H32.to(x.dtype), tau32.to(x.dtype)
+        for got, want in ((torch.ops.qr2.orgqr(Hh, tauh), torch.ops.qr2.orgqr(Hh.float(), tauh.float())),
+                          (qr2_op.orgqr(Hh, tauh), qr2_op.orgqr(Hh.float(), tauh.float())),
+                          (torch.ops.qr2.ormqr(Hh, tauh, C, True, True),
+                           qr2_op.ormqr(Hh.float(), tauh.float(), C.float(), True, True)),
+                          (qr2_op.ormqr(Hh, tauh, C, True, True),
+                           qr2_op.ormqr(Hh.float(), tauh.float(), C.float(), True, True))):
+            assert got.dtype == torch.float32 and torch.equal(got, want)
+        assert torch.ops.qr2.geqrf(x.double())[0].dtype == torch.float64
+    with pytest.raises(RuntimeError, match="qr2.geqrf: expected a float32"):
+        torch.ops.qr2.geqrf(x)
+
+
+def test_autocast_inside_a_compiled_function(device):
+    def f(t):
+        with torch.autocast(device, dtype=_AUTOCAST[device]):
+            Q, R = qr2_op.qr(t @ torch.eye(5, device=t.device))
+            return Q, R
+
+    x = torch.randn(3, 8, 5, device=device)
+    for got, want in zip(torch.compile(f, fullgraph=True)(x), f(x)):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want)

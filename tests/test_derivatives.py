@@ -11,6 +11,13 @@ SIDES = [(True, False), (True, True), (False, False), (False, True)]  # ormqr's 
 CHECKS = dict(check_forward_ad=True, check_batched_grad=True, check_batched_forward_grad=True)
 
 
+@pytest.fixture(autouse=True)
+def _seed():
+    """The same inputs every run: comparisons with torch's formulas, which differ from qr2's in rounding, hold to
+    tolerances that a random input's conditioning could exceed."""
+    torch.manual_seed(0)
+
+
 def _same_layout(x, y):
     return x.shape == y.shape and x.stride() == y.stride() and x.dtype == y.dtype and x.device == y.device
 
