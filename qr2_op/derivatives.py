@@ -171,14 +171,15 @@ def orgqr_vjp(A, tau, gQ):
 
 def ormqr_jvp(A, tau, C, dA, dtau, dC, left, transpose, ormqr):
     """The tangent of Q C, Q^T C, C Q or C Q^T; ormqr is qr2_op.ormqr (applies Q, differentiable itself)."""
-    wy = CompactWY(A, tau)
-    Cl = C if left else C.mT  # C Q~ = (Q~^T C^T)^T
-    dV, dT = wy.tangent(dA, dtau)
-    out = wy.times_q_tangent(dV, dT, wy.V.mT @ Cl, dV.mT @ Cl, transpose == left)
-    out = out if left else out.mT
-    if dC is not None:
-        out = out + ormqr(A, tau, dC, left, transpose)
-    return column_major(out)
+    out = None if dC is None else ormqr(A, tau, dC, left, transpose)
+    if dA is not None or dtau is not None:  # through Q
+        wy = CompactWY(A, tau)
+        Cl = C if left else C.mT  # C Q~ = (Q~^T C^T)^T
+        dV, dT = wy.tangent(dA, dtau)
+        through_q = wy.times_q_tangent(dV, dT, wy.V.mT @ Cl, dV.mT @ Cl, transpose == left)
+        through_q = through_q if left else through_q.mT
+        out = through_q if out is None else out + through_q
+    return column_major(out if out is not None else torch.zeros_like(C))
 
 
 def ormqr_vjp(A, tau, C, g, left, transpose, ormqr, needs_reflectors=True, needs_c=True):
