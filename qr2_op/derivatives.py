@@ -13,6 +13,8 @@ triangular, so T, dT = ((I - T S) dD - T dS D) (I + S D)^-1 and their adjoints n
 (H_j = I) needs no care. orgqr is Q's first n columns; ormqr is Q or Q^T applied to C, so every product with Q's
 derivative is taken through V^T C and never forms an m x m matrix.
 """
+import contextlib
+
 import torch
 import torch.autograd.forward_ad as _forward_ad
 import torch.nn.functional as F
@@ -48,6 +50,13 @@ def nested_forward() -> bool:
     if not torch._C._are_functorch_transforms_active():
         return False
     return sum(i.key() == TransformType.Jvp for i in torch._C._functorch.get_interpreter_stack() or []) >= 2
+
+
+def autocast_off(x: torch.Tensor):
+    """A context in which torch.autocast leaves the derivatives' products in the arguments' precision (float32 or
+    float64), as torch's own autocast kernels run below their cast."""
+    device = x.device.type
+    return torch.autocast(device, enabled=False) if device in ("cpu", "cuda") else contextlib.nullcontext()
 
 
 def column_major(x: torch.Tensor) -> torch.Tensor:

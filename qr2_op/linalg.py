@@ -88,7 +88,8 @@ class _QR(torch.autograd.Function):
         if gQ is None and gR is None:
             return None, None
         Q, R = ctx.saved_tensors
-        return derivatives.qr_vjp(Q, R, gQ, gR), None
+        with derivatives.autocast_off(Q):
+            return derivatives.qr_vjp(Q, R, gQ, gR), None
 
 
 class _QRForwardMode(_QR):
@@ -97,4 +98,5 @@ class _QRForwardMode(_QR):
     @staticmethod
     def jvp(ctx, dA, _mode):
         Q, R = ctx.saved_tensors
-        return derivatives.qr_jvp(Q, R, dA)
+        with derivatives.autocast_off(Q):
+            return derivatives.qr_jvp(Q, R, dA)

@@ -109,8 +109,8 @@ def test_qr_compiled_backward_is_one_graph(no_torch_qr):
         return Q.sin().sum() + R.cos().sum()
 
     f = torch.compile(loss, fullgraph=True, dynamic=True)
-    for shape in [(3, 6, 4), (2, 4, 7)]:
-        A = torch.randn(shape, requires_grad=True)
+    for shape in [(3, 6, 4), (2, 4, 7)]:  # FP64: compiled and eager products may round apart, by conditioning
+        A = torch.randn(shape, dtype=torch.float64, requires_grad=True)
         f(A).backward()
         B = A.detach().clone().requires_grad_()
         loss(B).backward()
@@ -255,14 +255,43 @@ def test_ormqr_gradient_of_c_alone():
         torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
 
 
+def test_ormqr_tangent_of_c_alone_skips_the_reflectors(monkeypatch):
+    """Where only C has a tangent the tangent is qr2's ormqr of it: no compact WY form is built."""
+    from qr2_op import derivatives
+
+    H, tau = _reflectors((2, 6, 4))
+    C = _other(H.shape, True, 3)
+    expected = torch.func.jacrev(lambda c: qr2_op.ormqr(H, tau, c))(C)
+
+    def refuse(*args):
+        raise AssertionError("the compact WY form was built")
+
+    monkeypatch.setattr(derivatives, "CompactWY", refuse)
+    torch.testing.assert_close(torch.func.jacfwd(lambda c: qr2_op.ormqr(H, tau, c))(C), expected)
+
+
+def test_derivatives_under_autocast_keep_the_arguments_precision():
+    """Inside torch.autocast the derivatives' products stay in float32 (the arguments' precision after qr2's cast),
+    not in autocast's bfloat16."""
+    A = torch.randn(6, 4)
+    H, tau = torch.geqrf(A)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for f, args in ((lambda a: qr2_op.qr(a)[1], (A,)), (qr2_op.orgqr, (H, tau)),
+                        (lambda h, t: qr2_op.ormqr(h, t, A), (H, tau))):
+            jac_fwd = torch.func.jacfwd(f)(*args)
+            jac_rev = torch.func.jacrev(f)(*args)
+            assert jac_fwd.dtype == jac_rev.dtype == torch.float32
+            torch.testing.assert_close(jac_fwd, jac_rev, rtol=1e-4, atol=1e-5)
+
+
 def test_reflector_derivatives_compile_to_one_graph():
     def loss(h, t, c):
         return qr2_op.orgqr(h, t).sin().sum() + qr2_op.ormqr(h, t, c, False, True).cos().sum()
 
     f = torch.compile(loss, fullgraph=True, dynamic=True)
     for shape in [(2, 7, 4), (3, 5, 5)]:
-        H, tau = _reflectors(shape, dtype=torch.float32)
-        args = [x.requires_grad_() for x in (H, tau, _other(shape, False, 3, torch.float32))]
+        H, tau = _reflectors(shape)
+        args = [x.requires_grad_() for x in (H, tau, _other(shape, False, 3))]
         expected = torch.autograd.grad(loss(*args), args)
         for got, want in zip(torch.autograd.grad(f(*args), args), expected):
             torch.testing.assert_close(got, want)
