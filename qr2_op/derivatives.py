@@ -31,6 +31,8 @@ def wanted(*tensors) -> int:
     if _forward_ad._current_level >= 0:
         modes |= FORWARD
     if torch._C._are_functorch_transforms_active():
+        if torch.compiler.is_compiling():  # torch.compile cannot trace the interpreter stack (see compiled_transform)
+            return modes | REVERSE
         for i in torch._C._functorch.get_interpreter_stack() or []:
             modes |= {TransformType.Grad: REVERSE, TransformType.Jvp: FORWARD}.get(i.key(), 0)
     return modes
@@ -43,11 +45,18 @@ def _unbatched(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def compiled_transform() -> bool:
+    """Whether torch.compile is tracing inside a torch.func transform. There qr2's Functions are not used: traced
+    that way, orgqr's and ormqr's gave wrong gradients where an argument was a view (torch 2.11), and torch's own
+    operators' derivatives were right."""
+    return torch._C._are_functorch_transforms_active() and torch.compiler.is_compiling()
+
+
 def nested_forward() -> bool:
     """Forward mode inside forward mode (jacfwd of jacfwd): there torch does not differentiate an autograd.Function's
     jvp at the outer level, so second-order terms would silently be zero. (torch.autograd.forward_ad has one level;
     torch.func's jvp levels are on the interpreter stack.)"""
-    if not torch._C._are_functorch_transforms_active():
+    if not torch._C._are_functorch_transforms_active() or torch.compiler.is_compiling():
         return False
     return sum(i.key() == TransformType.Jvp for i in torch._C._functorch.get_interpreter_stack() or []) >= 2
 

@@ -36,7 +36,7 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
             _check_orgqr(A, tau)  # qr2's messages before torch's autograd or operator sees the call
             if _is_dtensor(A) or _is_dtensor(tau):
                 return _where_it_lies("qr2.orgqr", orgqr, (A, tau), A.shape)
-            if not A.is_complex():
+            if not A.is_complex() and not derivatives.compiled_transform():  # else torch's derivatives
                 _refuse_nested_forward("qr2.orgqr")
                 return (_OrgqrForwardMode if wanted & derivatives.FORWARD else _Orgqr).apply(A, tau)
     return torch.ops.qr2.orgqr(A, tau)
@@ -64,7 +64,7 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
             _check_ormqr(A, tau, C, left)
             if any(_is_dtensor(t) for t in args):
                 return _where_it_lies("qr2.ormqr", lambda *t: ormqr(*t, left, transpose), args, C.shape)
-            if not A.is_complex():
+            if not A.is_complex() and not derivatives.compiled_transform():  # else torch's derivatives
                 _refuse_nested_forward("qr2.ormqr")
                 return (_OrmqrForwardMode if wanted & derivatives.FORWARD else _Ormqr).apply(A, tau, C, left, transpose)
     return torch.ops.qr2.ormqr(A, tau, C, left, transpose)

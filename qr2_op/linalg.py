@@ -46,7 +46,8 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     wanted = derivatives.wanted(A)
     if wanted:
         m, n = A.shape[-2:]
-        if A.is_complex() or mode == "r" or (mode == "complete" and m > n) or derivatives.nested_forward():
+        if (A.is_complex() or mode == "r" or (mode == "complete" and m > n) or derivatives.nested_forward()
+                or derivatives.compiled_transform()):
             return torch.linalg.qr(A, mode=mode)
         # torch.compile traces no Function that has a jvp, so forward mode has a class of its own
         return (_QRForwardMode if wanted & derivatives.FORWARD else _QR).apply(A, mode)
