@@ -76,7 +76,6 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if not isinstance(A, torch.Tensor):
         raise TypeError(f"qr2.geqrf: expected a Tensor, got {type(A).__name__}")
-    A = _autocast_float32(A)
     # (A forward-AD level opened through torch._C alone, not forward_ad.dual_level, escapes the last test.)
     if (A.layout == torch.strided and not (A.requires_grad and torch.is_grad_enabled())
             and _forward_ad._current_level < 0):
@@ -87,14 +86,15 @@ def geqrf(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+_AUTOCAST_DEVICES = {"cpu": torch._C.DispatchKey.AutocastCPU, "cuda": torch._C.DispatchKey.AutocastCUDA}
 
 
 def _autocast_float32(t):
     """t in float32 where it is float16 or bfloat16 and torch.autocast is on for its device: QR needs FP32's
-    precision (torch's CPU autocast runs geqrf, householder_product and ormqr in float32 too). The operators' own
-    autocast rule (below) does the same for torch.ops.qr2 in eager mode; torch.compile traces this cast, not that
-    rule."""
-    if isinstance(t, torch.Tensor) and t.dtype in _HALF_DTYPES and torch.is_autocast_enabled(t.device.type):
+    precision (torch's CPU autocast runs geqrf, householder_product and ormqr in float32 too). qr2_op's
+    differentiable functions cast before their derivatives see the arguments; the operators' own rule is below."""
+    if (isinstance(t, torch.Tensor) and t.dtype in _HALF_DTYPES and t.device.type in _AUTOCAST_DEVICES
+            and torch.is_autocast_enabled(t.device.type)):
         return t.float()
     return t
 
@@ -185,12 +185,23 @@ _impl_lib = torch.library.Library("qr2", "IMPL")  # kept alive: dropping it woul
 
 
 def _autocast_to_float32(ops):
-    """Inside torch.autocast, float16 and bfloat16 arguments of these operators run in float32 (float64 and complex
-    ones as they are), as _autocast_float32 does for qr2_op's functions. Outside autocast the rule costs nothing (its
-    dispatch keys are not set)."""
-    for op in ops:
-        for device in ("cpu", "cuda"):
-            torch.library.register_autocast(f"qr2::{op}", device, torch.float32, lib=_impl_lib)
+    """Inside torch.autocast, float16 and bfloat16 arguments of these operators on the autocast device run in float32
+    (float64 and complex ones as they are), eagerly and under torch.compile (the same rule on the Python dispatcher,
+    which compiling traces). One kernel per device: torch.library.register_autocast keeps a single Python kernel for
+    both keys, whose device is the last one registered. Outside autocast the rule costs nothing (its keys are not
+    set)."""
+    excluded = torch._C.DispatchKeySet(_AUTOCAST_DEVICES["cpu"]) | torch._C.DispatchKeySet(_AUTOCAST_DEVICES["cuda"])
+    for name in ops:
+        op = getattr(torch.ops.qr2, name).default
+        for device, key in _AUTOCAST_DEVICES.items():
+            def rule(*args, op=op, device=device):
+                args = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF_DTYPES
+                        and a.device.type == device else a for a in args]
+                with torch._C._ExcludeDispatchKeyGuard(excluded):
+                    return op(*args)
+
+            _impl_lib.impl(name, lambda _keyset, *args, rule=rule: rule(*args), key.name, with_keyset=True)
+            op.py_impl(key)(rule)
 
 
 _autocast_to_float32(("geqrf", "_geqrf_impl"))

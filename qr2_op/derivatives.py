@@ -13,6 +13,8 @@ triangular, so T, dT = ((I - T S) dD - T dS D) (I + S D)^-1 and their adjoints n
 (H_j = I) needs no care. orgqr is Q's first n columns; ormqr is Q or Q^T applied to C, so every product with Q's
 derivative is taken through V^T C and never forms an m x m matrix.
 """
+import contextlib
+
 import torch
 import torch.autograd.forward_ad as _forward_ad
 import torch.nn.functional as F
@@ -29,6 +31,8 @@ def wanted(*tensors) -> int:
     if _forward_ad._current_level >= 0:
         modes |= FORWARD
     if torch._C._are_functorch_transforms_active():
+        if torch.compiler.is_compiling():  # torch.compile cannot trace the interpreter stack (see compiled_transform)
+            return modes | REVERSE
         for i in torch._C._functorch.get_interpreter_stack() or []:
             modes |= {TransformType.Grad: REVERSE, TransformType.Jvp: FORWARD}.get(i.key(), 0)
     return modes
@@ -41,13 +45,27 @@ def _unbatched(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def compiled_transform() -> bool:
+    """Whether torch.compile is tracing inside a torch.func transform. There qr2's Functions are not used: traced
+    that way, orgqr's and ormqr's gave wrong gradients where an argument was a view (torch 2.11), and torch's own
+    operators' derivatives were right."""
+    return torch._C._are_functorch_transforms_active() and torch.compiler.is_compiling()
+
+
 def nested_forward() -> bool:
     """Forward mode inside forward mode (jacfwd of jacfwd): there torch does not differentiate an autograd.Function's
     jvp at the outer level, so second-order terms would silently be zero. (torch.autograd.forward_ad has one level;
     torch.func's jvp levels are on the interpreter stack.)"""
-    if not torch._C._are_functorch_transforms_active():
+    if not torch._C._are_functorch_transforms_active() or torch.compiler.is_compiling():
         return False
     return sum(i.key() == TransformType.Jvp for i in torch._C._functorch.get_interpreter_stack() or []) >= 2
+
+
+def autocast_off(x: torch.Tensor):
+    """A context in which torch.autocast leaves the derivatives' products in the arguments' precision (float32 or
+    float64), as torch's own autocast kernels run below their cast."""
+    device = x.device.type
+    return torch.autocast(device, enabled=False) if device in ("cpu", "cuda") else contextlib.nullcontext()
 
 
 def column_major(x: torch.Tensor) -> torch.Tensor:
@@ -171,14 +189,15 @@ def orgqr_vjp(A, tau, gQ):
 
 def ormqr_jvp(A, tau, C, dA, dtau, dC, left, transpose, ormqr):
     """The tangent of Q C, Q^T C, C Q or C Q^T; ormqr is qr2_op.ormqr (applies Q, differentiable itself)."""
-    wy = CompactWY(A, tau)
-    Cl = C if left else C.mT  # C Q~ = (Q~^T C^T)^T
-    dV, dT = wy.tangent(dA, dtau)
-    out = wy.times_q_tangent(dV, dT, wy.V.mT @ Cl, dV.mT @ Cl, transpose == left)
-    out = out if left else out.mT
-    if dC is not None:
-        out = out + ormqr(A, tau, dC, left, transpose)
-    return column_major(out)
+    out = None if dC is None else ormqr(A, tau, dC, left, transpose)
+    if dA is not None or dtau is not None:  # through Q
+        wy = CompactWY(A, tau)
+        Cl = C if left else C.mT  # C Q~ = (Q~^T C^T)^T
+        dV, dT = wy.tangent(dA, dtau)
+        through_q = wy.times_q_tangent(dV, dT, wy.V.mT @ Cl, dV.mT @ Cl, transpose == left)
+        through_q = through_q if left else through_q.mT
+        out = through_q if out is None else out + through_q
+    return column_major(out if out is not None else torch.zeros_like(C))
 
 
 def ormqr_vjp(A, tau, C, g, left, transpose, ormqr, needs_reflectors=True, needs_c=True):

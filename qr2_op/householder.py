@@ -34,9 +34,9 @@ def orgqr(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         wanted = derivatives.wanted(A, tau)
         if wanted:
             _check_orgqr(A, tau)  # qr2's messages before torch's autograd or operator sees the call
-            if _is_dtensor(A):
+            if _is_dtensor(A) or _is_dtensor(tau):
                 return _where_it_lies("qr2.orgqr", orgqr, (A, tau), A.shape)
-            if not A.is_complex():
+            if not A.is_complex() and not derivatives.compiled_transform():  # else torch's derivatives
                 _refuse_nested_forward("qr2.orgqr")
                 return (_OrgqrForwardMode if wanted & derivatives.FORWARD else _Orgqr).apply(A, tau)
     return torch.ops.qr2.orgqr(A, tau)
@@ -62,9 +62,9 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
         wanted = derivatives.wanted(*args)
         if wanted:
             _check_ormqr(A, tau, C, left)
-            if _is_dtensor(A):
+            if any(_is_dtensor(t) for t in args):
                 return _where_it_lies("qr2.ormqr", lambda *t: ormqr(*t, left, transpose), args, C.shape)
-            if not A.is_complex():
+            if not A.is_complex() and not derivatives.compiled_transform():  # else torch's derivatives
                 _refuse_nested_forward("qr2.ormqr")
                 return (_OrmqrForwardMode if wanted & derivatives.FORWARD else _Ormqr).apply(A, tau, C, left, transpose)
     return torch.ops.qr2.ormqr(A, tau, C, left, transpose)
@@ -81,18 +81,25 @@ class _Orgqr(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)  # an argument without a tangent stays None: no work for it
         ctx.save_for_backward(*inputs)
         ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, gQ):
-        return derivatives.orgqr_vjp(*ctx.saved_tensors, gQ)
+        if gQ is None:
+            return None, None
+        A, tau = ctx.saved_tensors
+        with derivatives.autocast_off(A):
+            return derivatives.orgqr_vjp(A, tau, gQ)
 
 
 class _OrgqrForwardMode(_Orgqr):
     @staticmethod
     def jvp(ctx, dA, dtau):
-        return derivatives.orgqr_jvp(*ctx.saved_tensors, dA, dtau)
+        A, tau = ctx.saved_tensors
+        with derivatives.autocast_off(A):
+            return derivatives.orgqr_jvp(A, tau, dA, dtau)
 
 
 class _Ormqr(torch.autograd.Function):
@@ -105,14 +112,18 @@ class _Ormqr(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         A, tau, C, ctx.left, ctx.transpose = inputs
+        ctx.set_materialize_grads(False)  # an argument without a tangent stays None: no work for it
         ctx.save_for_backward(A, tau, C)
         ctx.save_for_forward(A, tau, C)
 
     @staticmethod
     def backward(ctx, g):
+        if g is None:
+            return None, None, None, None, None
         A, tau, C = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grads = derivatives.ormqr_vjp(A, tau, C, g, ctx.left, ctx.transpose, ormqr, needs[0] or needs[1], needs[2])
+        with derivatives.autocast_off(A):
+            grads = derivatives.ormqr_vjp(A, tau, C, g, ctx.left, ctx.transpose, ormqr, needs[0] or needs[1], needs[2])
         return *grads, None, None
 
 
@@ -120,7 +131,8 @@ class _OrmqrForwardMode(_Ormqr):
     @staticmethod
     def jvp(ctx, dA, dtau, dC, _left, _transpose):
         A, tau, C = ctx.saved_tensors
-        return derivatives.ormqr_jvp(A, tau, C, dA, dtau, dC, ctx.left, ctx.transpose, ormqr)
+        with derivatives.autocast_off(A):
+            return derivatives.ormqr_jvp(A, tau, C, dA, dtau, dC, ctx.left, ctx.transpose, ormqr)
 
 
 def _refuse_nested_forward(name):
@@ -140,8 +152,8 @@ def _where_it_lies(name, op, tensors, out_shape):
     from .distributed import apply_where_it_lies
 
     if not all(_is_dtensor(t) for t in tensors):
-        raise RuntimeError(f"{name}: expected every tensor argument to be a DTensor where A is one, got a "
-                           "torch.Tensor (distribute it, or pass A as a local tensor)")
+        raise RuntimeError(f"{name}: expected every tensor argument to be a DTensor where one is, got a torch.Tensor "
+                           "too (distribute it, or pass local tensors)")
     return apply_where_it_lies(op, tensors, out_shape)
 
 

@@ -46,7 +46,8 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
     wanted = derivatives.wanted(A)
     if wanted:
         m, n = A.shape[-2:]
-        if A.is_complex() or mode == "r" or (mode == "complete" and m > n) or derivatives.nested_forward():
+        if (A.is_complex() or mode == "r" or (mode == "complete" and m > n) or derivatives.nested_forward()
+                or derivatives.compiled_transform()):
             return torch.linalg.qr(A, mode=mode)
         # torch.compile traces no Function that has a jvp, so forward mode has a class of its own
         return (_QRForwardMode if wanted & derivatives.FORWARD else _QR).apply(A, mode)
@@ -88,7 +89,8 @@ class _QR(torch.autograd.Function):
         if gQ is None and gR is None:
             return None, None
         Q, R = ctx.saved_tensors
-        return derivatives.qr_vjp(Q, R, gQ, gR), None
+        with derivatives.autocast_off(Q):
+            return derivatives.qr_vjp(Q, R, gQ, gR), None
 
 
 class _QRForwardMode(_QR):
@@ -97,4 +99,5 @@ class _QRForwardMode(_QR):
     @staticmethod
     def jvp(ctx, dA, _mode):
         Q, R = ctx.saved_tensors
-        return derivatives.qr_jvp(Q, R, dA)
+        with derivatives.autocast_off(Q):
+            return derivatives.qr_jvp(Q, R, dA)

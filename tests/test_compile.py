@@ -182,12 +182,16 @@ def test_autocast_runs_half_input_in_float32(device):
 
 
 def test_autocast_inside_a_compiled_function(device):
-    def f(t):
+    """Functions and raw operators alike (torch.compile traces the operators' autocast rule on the Python
+    dispatcher)."""
+    def f(t, h, tau):  # h, tau: half reflectors, so that orgqr's and ormqr's rule has something to cast
         with torch.autocast(device, dtype=_AUTOCAST[device]):
-            Q, R = qr2_op.qr(t @ torch.eye(5, device=t.device))
-            return Q, R
+            x = t @ torch.eye(5, device=t.device)
+            return (*qr2_op.qr(x), *torch.ops.qr2.geqrf(x), torch.ops.qr2.orgqr(h, tau),
+                    torch.ops.qr2.ormqr(h, tau, x, True, True))
 
     x = torch.randn(3, 8, 5, device=device)
-    for got, want in zip(torch.compile(f, fullgraph=True)(x), f(x)):
+    h, tau = (y.to(_AUTOCAST[device]) for y in torch.geqrf(x))
+    for got, want in zip(torch.compile(f, fullgraph=True)(x, h, tau), f(x, h, tau)):
         assert got.dtype == torch.float32
         torch.testing.assert_close(got, want)
