@@ -99,6 +99,11 @@ def _autocast_float32(t):
     return t
 
 
+def _is_dtensor(x):
+    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
+    return dtensor is not None and isinstance(x, dtensor.DTensor)
+
+
 def _contiguous_strides(sizes):
     strides, acc = [], 1
     for s in reversed(sizes):

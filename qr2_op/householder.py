@@ -5,11 +5,9 @@ float32 CUDA tensors run qr2's blocked compact-WY update (tensor cores at FP32 a
 one launch sequence for the whole batch; other dtypes and CPU tensors run torch's own operator. Both are
 differentiable in every argument (real dtypes: qr2's derivatives, qr2_op/derivatives.py; complex: torch's operator).
 """
-import sys
-
 import torch
 
-from . import _autocast_float32, _autocast_to_float32, _column_major_strides, _lib, derivatives
+from . import _autocast_float32, _autocast_to_float32, _column_major_strides, _is_dtensor, _lib, derivatives
 
 __all__ = ["orgqr", "ormqr"]
 
@@ -140,11 +138,6 @@ def _refuse_nested_forward(name):
         raise RuntimeError(f"{name}: forward-mode AD nested in forward-mode AD (jacfwd of jacfwd) is not supported: "
                            "torch would not differentiate the inner derivative; use jacrev for one of the levels "
                            "(as torch.func.hessian does)")
-
-
-def _is_dtensor(x):
-    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
-    return dtensor is not None and isinstance(x, dtensor.DTensor)
 
 
 def _where_it_lies(name, op, tensors, out_shape):

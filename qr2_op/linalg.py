@@ -3,11 +3,9 @@
 R comes from qr2.geqrf's H (its upper triangle); Q is formed from H and tau by qr2.orgqr (qr2's blocked update on
 float32 CUDA tensors).
 """
-import sys
-
 import torch
 
-from . import _autocast_float32, derivatives
+from . import _autocast_float32, _is_dtensor, derivatives
 
 __all__ = ["qr"]
 
@@ -38,8 +36,7 @@ def qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tens
         raise RuntimeError(f"qr2.qr: expected a tensor of shape (*, m, n) with at least 2 dimensions, got {A.dim()} "
                            "dimension(s)")
     A = _autocast_float32(A)
-    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded by whoever made a DTensor
-    if dtensor is not None and isinstance(A, dtensor.DTensor):
+    if _is_dtensor(A):
         from .distributed import qr_where_it_lies
 
         return qr_where_it_lies(A, mode)
