@@ -48,12 +48,10 @@ static int64_t t_floats(const qr2_config* c) { return c->nb > c->leaf_nb ? 6 * T
 
 static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem* p) {
     /* per matrix: explicit V of one outer panel (m x its width), the T factors, the update's scratch; after the
-     * split update's regions, one int a matrix each for the CholeskyQR panels' flags and for zero_from, and one a
-     * column for the FP16 updates' column scales */
+     * split update's regions, one int a matrix each for the CholeskyQR panels' flags and for zero_from */
     const int w = outer_panel_width(c, p);
     return tall_panel_floats(c, p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
-           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch +
-           (c->fp16 ? p->batch * (int64_t)p->n : 0);
+           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch;
 }
 
 /* A large batch runs as two halves, the second on a side stream one panel behind the first, so that one half's panels
@@ -143,7 +141,6 @@ typedef struct schedule {
     void* tall;   /* the tall panel's partials (NULL: no panel needs them) */
     int* done;    /* CholeskyQR panels: per matrix, whether the last one factored it (NULL: not this configuration) */
     int* zero_from; /* per matrix, where its exactly zero trailing columns start (qr2_zero_tail_run) */
-    int* scale_exp; /* FP16 updates: per matrix and column, C's scale exponent (qr2_column_scales_run); else NULL */
     behind_half* behind; /* the second half of a split batch, started after this schedule's first panel */
 } schedule;
 
@@ -165,7 +162,6 @@ static int apply_reflectors(const schedule* s, int k0, int jo, int w, int off, i
         .work = s->wy, .work_bs = s->wy_bs,
         .c_from = from_a ? p->a + k0 + w + off : 0, .from_rs = p->a_rs, .from_bs = p->a_bs,
         .zero_from = s->zero_from, .col0 = k0 + w + off,
-        .scale_exp = s->scale_exp, .scale_bs = p->n,
     };
     return qr2_update_run(&a, s->blas, p->dev, p->stream);
 }
@@ -275,13 +271,6 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
      * (640 x 512 rankdef 4.91 -> 3.92 ms: docs/results/2026-12-04-h200-zero-tails.txt; what the search costs dense
      * inputs: docs/results/2026-12-04-h200-zero-tail-scan.txt) */
     if (qr2_zero_tail_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.zero_from, p->stream)) return 1;
-    /* FP16 updates scale each column of C by a bound on its entries, from the input's column norms (update_fp16.cu);
-     * rows not in fours leave every update to 3xTF32 (qr2_update_fp16_holds), and the scales unneeded */
-    if (c->fp16 && p->m % 4 == 0) {
-        s.scale_exp = s.zero_from + p->batch;
-        if (qr2_column_scales_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.scale_exp, p->stream))
-            return 1;
-    }
     const int kmin = p->m < p->n ? p->m : p->n;
     /* With lookahead, steps alternate between two V and T slots: the next panel writes one while the update of the
      * rest still reads the other. */

@@ -53,7 +53,6 @@ struct qr2_config {
     const char* what; /* one line for people */
     int cholqr;  /* blocked: 32-column panels by CholeskyQR2 first, the Householder kinds for the matrices it leaves */
     int lookahead; /* blocked: the next panel on a side stream beside the update of the rest (blocked.c) */
-    int fp16;    /* blocked: 64-wide updates on FP16 tensor cores at FP32 accuracy (update_fp16.cu) */
 };
 
 /* The configurations (configs.c), by name. */

@@ -23,25 +23,16 @@ typedef struct qr2_reflectors {
 
 /* C (m x nc per matrix, column-major, ld ldc, c_bs apart) = Q C (apply_q) or Q^T C, in place. from_identity (with
  * apply_q): C holds the first nc columns of the identity, so each block of reflectors touches only the columns from
- * its own first on (LAPACK sorgqr's saving). fp16: the updates on FP16 tensor cores at FP32 accuracy (update_fp16.cu),
- * each column of C scaled by a bound from its norm, which Q keeps. work: qr2_householder_work_floats floats (with the
- * same fp16), 16-byte aligned. */
+ * its own first on (LAPACK sorgqr's saving). work: qr2_householder_work_floats floats, 16-byte aligned. */
 typedef struct qr2_apply {
     const qr2_reflectors* r;
-    int apply_q, from_identity, fp16;
+    int apply_q, from_identity;
     float* c;
     int nc;
     int64_t ldc, c_bs;
 } qr2_apply;
 
-int64_t qr2_householder_work_floats(const qr2_reflectors* r, int nc, int fp16, const qr2_device* dev);
+int64_t qr2_householder_work_floats(const qr2_reflectors* r, int nc, const qr2_device* dev);
 int qr2_householder_apply(const qr2_apply* a, float* work, void* blas, const qr2_device* dev, void* stream);
-
-/* Whether orgqr and ormqr run their updates on FP16 (qr2_apply.fp16): off (3xTF32) until measured against it, unless
- * tests or tools force it. Process-wide. The FP16 update scales V by a fixed 2^14 and C by its norms, so it holds for
- * reflectors as geqrf leaves them (|v| <= 1, each H_j orthogonal); a caller's arbitrary H and tau need V's scale
- * measured before this can be a default. */
-int qr2_householder_fp16(void);
-void qr2_householder_force_fp16(int on);
 
 #endif /* QR2_HOUSEHOLDER_H */

@@ -187,8 +187,7 @@ static void householder_cuda(StableIValue* stack, uint64_t num_args, uint64_t nu
     }
 
     /* Q C and Q^T C act on C's columns; C Q = (Q^T C^T)^T and C Q^T = (Q C^T)^T on its rows, through C^T. */
-    qr2_apply a = {.r = &r, .apply_q = ormqr ? (h.left ? !h.transpose : h.transpose) : 1, .from_identity = !ormqr,
-                   .fp16 = qr2_householder_fp16()};
+    qr2_apply a = {.r = &r, .apply_q = ormqr ? (h.left ? !h.transpose : h.transpose) : 1, .from_identity = !ormqr};
     float* ct = 0;
     if (!ormqr) {
         a.c = out, a.nc = (int)n, a.ldc = m, a.c_bs = m * n;
@@ -208,7 +207,7 @@ static void householder_cuda(StableIValue* stack, uint64_t num_args, uint64_t nu
                 qr2_fail(c, "%s", qr2_cuda_last_error());
         }
     }
-    float* work = qr2_workspace(c, &c->temp[4], h.device, qr2_householder_work_floats(&r, a.nc, a.fp16, &dev));
+    float* work = qr2_workspace(c, &c->temp[4], h.device, qr2_householder_work_floats(&r, a.nc, &dev));
     if (!c->failed && qr2_householder_apply(&a, work, blas, &dev, stream)) qr2_fail(c, "%s", qr2_cuda_last_error());
     if (!c->failed && ct && qr2_transpose_run(ct, n, 1, m * n, out, m, m * n, (int)m, (int)n, batch, stream))
         qr2_fail(c, "%s", qr2_cuda_last_error());

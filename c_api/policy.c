@@ -73,6 +73,13 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
      * the two nearest the threshold, cost a few per cent). docs/results/2026-12-02-h200-panel-occupancy-sweep.txt */
     RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch * m * n < 1500000 * wave &&
                                       cholqr_panels(m, n, d));
+    /* Below that, panels taller than a cluster holds (over 8192 rows): the grid form of the CholeskyQR panel (five
+     * launches a panel over 256-row blocks) instead of the tall Householder panel's launches: 1 x 100000 x 256 2.13
+     * against 6.15 ms, 1 x 20000 x 256 0.91 against 4.06, 4 x 50000 x 64 0.52 against 1.92, 2 x 9000 x 2000 24.6
+     * against 34.4 (its panels under 8192 rows take the cluster panels as before). It factors whole 32-column
+     * panels only: n < 32 stays on the tall panel. docs/results/2026-12-05-h200-grid-cholqr-panel.txt */
+    RULE(qr2_blocked_cholqr_nb32, n >= QR2_PANEL_MAX_W && batch * m * n < 1500000 * wave &&
+                                      qr2_panel_cholqr_grid_holds(m, QR2_PANEL_MAX_W, d));
     /* n >= 768 from 1.5 million entries per SM: 64-column outer panels halve the passes of the trailing update where
      * there is enough of it to fill the SMs many times (400 x 768 12.8 against 13.2 ms, 200 x 1024 14.0 against 14.8;
      * n = 512 slower at every batch: 640 x 512 6.38 against 6.11, 1000 x 512 9.29 against 8.90; a tie at 640 x 512

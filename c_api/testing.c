@@ -1,14 +1,13 @@
 /*
  * testing.c - the blocked family's kernels called one at a time, for tests only (tests/test_blocked_kernels.py):
  * a panel kind (`tall_launches`: the tall panel's per-reflector form), the compact-WY update, the merge of two T
- * factors, the zero-tail search, the FP16 update's column scales and the input transpose on tensors the test
- * allocates, on the current device and the given stream. Each returns 0, or non-zero with
+ * factors, the zero-tail search and the input transpose on tensors the test allocates, on the current device and the
+ * given stream. Each returns 0, or non-zero with
  * qr2_cuda_last_error() saying why.
  */
 #include <string.h>
 
 #include "configs.h"
-#include "householder.h"
 
 static int device_of(int index, qr2_device* dev) { return qr2_cuda_device(index, dev); }
 
@@ -75,18 +74,10 @@ QR2_EXPORT int64_t qr2_test_update_work_floats(int64_t batch, int mr, int w, int
     return batch * qr2_update_work_floats(w, nc) + qr2_update_split_floats(mr, nc, w, batch, &dev);
 }
 
-/* Row splits of the FP16 update of mr x nc pieces of C in a batch, on this device (1: whole strips). */
-QR2_EXPORT int qr2_test_update_fp16_splits(int64_t batch, int mr, int nc, int device) {
-    qr2_device dev;
-    if (device_of(device, &dev)) return -1;
-    return qr2_update_fp16_splits(batch, mr, nc, &dev);
-}
-
 /* C (mr x nc, ld mr, mr*nc apart) -= V (T^T (V^T C)) for V (mr x w, ld mr, mr*w apart), with T (w x w, w*w apart)
- * when t is not NULL, else T built from V and tau (w apart); scale_exp (nc apart, or NULL): C's column scales for the
- * FP16 update (qr2_test_column_scales). */
+ * when t is not NULL, else T built from V and tau (w apart). */
 QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float* v, const float* tau, const float* t,
-                               float* c, float* work, void* blas, int device, void* stream, const int* scale_exp) {
+                               float* c, float* work, void* blas, int device, void* stream) {
     qr2_device dev;
     if (device_of(device, &dev)) return 1;
     const qr2_update_args a = {
@@ -96,7 +87,6 @@ QR2_EXPORT int qr2_test_update(int64_t batch, int mr, int w, int nc, const float
         .t = t, .t_bs = (int64_t)w * w,
         .c = c, .ldc = mr, .c_bs = (int64_t)mr * nc,
         .work = work, .work_bs = qr2_update_work_floats(w, nc),
-        .scale_exp = scale_exp, .scale_bs = nc,
     };
     return qr2_update_run(&a, blas, &dev, stream);
 }
@@ -124,11 +114,6 @@ QR2_EXPORT int qr2_test_zero_tail(const float* a, int64_t rs, int64_t cs, int64_
     return qr2_zero_tail_run(a, rs, cs, bs, m, n, batch, zero_from, stream);
 }
 
-QR2_EXPORT int qr2_test_column_scales(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
-                                      int* k_out, void* stream) {
-    return qr2_column_scales_run(a, rs, cs, bs, m, n, batch, k_out, stream);
-}
-
 QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int m, int n,
                                   int64_t batch, void* stream) {
     return qr2_transpose_run(src, rs, cs, bs, dst, m, (int64_t)m * n, m, n, batch, stream);
@@ -136,6 +121,3 @@ QR2_EXPORT int qr2_test_transpose(const float* src, int64_t rs, int64_t cs, int6
 
 /* The message of this thread's last failing test entry point. */
 QR2_EXPORT const char* qr2_test_last_error(void) { return qr2_cuda_last_error(); }
-
-/* orgqr and ormqr on FP16 updates (on != 0) or on 3xTF32 (qr2_householder_force_fp16). */
-QR2_EXPORT void qr2_test_householder_fp16(int on) { qr2_householder_force_fp16(on); }

@@ -188,17 +188,7 @@ typedef struct qr2_update_args {
      * zero: qr2_zero_tail_run) is left alone (copied into C as it is when read from c_from). */
     const int* zero_from;
     int col0;
-    /* Not NULL: C's column j may be scaled by 2^scale_exp[b scale_bs + col0 + j] (qr2_column_scales_run) for the FP16
-     * arithmetic of update_fp16.cu, which then takes every piece of 33 to 64 reflectors applied to more than 32
-     * columns (rows split as qr2_update_fp16_splits says). NULL: 3xTF32 throughout. */
-    const int* scale_exp;
-    int64_t scale_bs;
 } qr2_update_args;
-
-/* update_fp16.cu: per column of each m x n matrix (any strides), the power of two k with 2^k times the column's
- * 2-norm in [2^13, 2^14), into k_out[b n + j]: a bound for every entry of every trailing part of the column. */
-int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch, int* k_out,
-                          void* stream);
 
 #define QR2_UPDATE_MAX_W 128
 int64_t qr2_update_work_floats(int w, int nc);
@@ -215,8 +205,6 @@ int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, cons
 int qr2_update_run(const qr2_update_args* args, void* blas_handle, const qr2_device* dev, void* stream);
 /* Whether some update of a batch of m-row matrices may need blas_handle (it never does from SMs matrices on). */
 int qr2_update_may_use_blas(int64_t m, int64_t batch, const qr2_device* dev);
-/* Row splits of the FP16 update of mr x nc pieces of C in a batch (1: whole strips, one launch). */
-int qr2_update_fp16_splits(int64_t batch, int mr, int nc, const qr2_device* dev);
 
 /* ---- applying stored reflectors (orgqr, ormqr) ---- */
 

@@ -46,8 +46,6 @@ _lib.qr2_launch_replay.restype = None
 _lib.qr2_launch_replay.argtypes = [ctypes.c_int]
 _lib.qr2_side_fork_count.restype = ctypes.c_longlong
 _lib.qr2_side_fork_count.argtypes = []
-_lib.qr2_test_householder_fp16.restype = None
-_lib.qr2_test_householder_fp16.argtypes = [ctypes.c_int]
 
 _LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
@@ -294,12 +292,6 @@ def _force_config(name):
     concurrent calls."""
     if _lib.qr2_config_force(None if name is None else name.encode()) != 0:
         raise ValueError(f"qr2: no configuration named {name!r}")
-
-
-def _force_householder_fp16(on):
-    """Tests and tools only: orgqr, ormqr and qr's Q on FP16 updates at FP32 accuracy (True) or on 3xTF32 (False, the
-    default until measured). Process-wide; not thread-safe against concurrent calls."""
-    _lib.qr2_test_householder_fp16(1 if on else 0)
 
 
 def _launch_counts():

@@ -3,7 +3,7 @@
  * a check of its pointer arguments (built and run by tests/test_blocked_schedule.py; no GPU needed).
  *
  * For each configuration named on the command line, over shapes, batches, layouts and two SM counts: every V, T,
- * scratch, flag and scale pointer a kernel would get lies inside the workspace the schedule asked for, every output
+ * scratch and flag pointer a kernel would get lies inside the workspace the schedule asked for, every output
  * inside H and tau, every input inside A; the side streams forked are joined before the call returns, and a kernel
  * is queued only on the caller's stream or a side stream forked from it and not yet joined. And no two kernels that
  * the streams leave unordered (one on a side stream between a fork and its join, the other on the stream it was
@@ -275,7 +275,7 @@ static void touch_flat(const buffer* b, const char* role, const void* p, int64_t
 }
 
 static const char V[] = "V", T[] = "T", SCRATCH[] = "scratch", FLAGS[] = "flags", ZERO_FROM[] = "zero_from",
-                  SCALES[] = "scales", TALL[] = "tall-panel work";
+                  TALL[] = "tall-panel work";
 
 /* ---- stand-ins for the CUDA side ---- */
 
@@ -366,9 +366,6 @@ int qr2_update_run(const qr2_update_args* a, void* blas, const qr2_device* dev, 
         touch(&a_buf, a->c_from, a->batch, a->from_bs, a->mr, a->from_rs, a->nc, sizeof(float), READ,
               "update's source");
     if (a->zero_from) touch_flat(&ws, ZERO_FROM, a->zero_from, 1, 0, a->batch, sizeof(int), READ, "update's zero_from");
-    if (a->scale_exp)
-        touch_flat(&ws, SCALES, a->scale_exp + a->col0, a->batch, a->scale_bs, a->nc, sizeof(int), READ,
-                   "update's scales");
     return 0;
 }
 
@@ -404,14 +401,6 @@ int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m,
     begin_kernel(stream, "zero_tail");
     read_input(a, rs, cs, bs, m, n, batch, "zero_tail's input");
     touch_flat(&ws, ZERO_FROM, zero_from, 1, 0, batch, sizeof(int), WRITE, "zero_from");
-    return 0;
-}
-
-int qr2_column_scales_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m, int n, int64_t batch,
-                          int* k_out, void* stream) {
-    begin_kernel(stream, "column_scales");
-    read_input(a, rs, cs, bs, m, n, batch, "column_scales' input");
-    touch_flat(&ws, SCALES, k_out, 1, 0, batch * n, sizeof(int), WRITE, "column scales");
     return 0;
 }
 

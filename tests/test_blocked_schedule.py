@@ -14,8 +14,7 @@ import qr2_op
 from conftest import ROOT
 
 # configurations only forcing reaches (c_api/configs.c, `unmeasured`)
-FORCED_ONLY = ["blocked_nb32_lookahead", "blocked_nb64_lookahead", "blocked_cholqr_nb32_lookahead",
-               "blocked_nb64_fp16", "blocked_cholqr_nb64_fp16", "blocked_cholqr_nb64_fp16_lookahead"]
+FORCED_ONLY = ["blocked_nb32_lookahead", "blocked_nb64_lookahead", "blocked_cholqr_nb32_lookahead"]
 BLOCKED = [name for name, family, _ in qr2_op.configs() if family == "blocked"] + FORCED_ONLY
 
 
@@ -48,8 +47,7 @@ def test_schedule_stays_in_its_buffers_and_orders_its_streams(harness, name):
     assert with_sides > 0, tail
 
 
-@pytest.mark.parametrize("name", ["blocked_nb32", "blocked_cholqr_nb32_lookahead",
-                                  "blocked_cholqr_nb64_fp16_lookahead"])
+@pytest.mark.parametrize("name", ["blocked_nb32", "blocked_cholqr_nb32_lookahead", "blocked_nb64_lookahead"])
 def test_race_check_finds_a_missing_join(harness, name):
     """Joins that order nothing leave the side stream's kernels racing the caller's stream: the check must say so."""
     rc, (checked, with_sides, races, violations), tail = run_harness(harness, "--drop-joins", name)

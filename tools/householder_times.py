@@ -3,8 +3,6 @@ qr_grad: the call and every argument's gradient), against torch's operators on t
 
 Reflectors from torch.geqrf of a normal batch; each call timed alone (CUDA events, median over repeats, inputs
 rotated against the L2). torch's operators loop cuSOLVER over the batch and take long: --torch-reps caps them.
---fp16 runs qr2's orgqr and ormqr updates on FP16 (qr2_op._force_householder_fp16); --config forces geqrf's
-configuration inside qr2_op.qr (e.g. blocked_cholqr_nb64_fp16).
 """
 import argparse
 
@@ -30,12 +28,7 @@ def main():
     ap.add_argument("--shapes", default=None, help="batch:n or batch:m:n, comma-separated")
     ap.add_argument("--ops", default="orgqr,ormqr,qr", help="also orgqr_grad, ormqr_grad, qr_grad")
     ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--fp16", action="store_true", help="orgqr and ormqr updates on FP16")
-    ap.add_argument("--config", default=None, help="geqrf's configuration, forced")
     args = ap.parse_args()
-    qr2_op._force_householder_fp16(args.fp16)
-    if args.config:
-        qr2_op._force_config(args.config)
     ops = args.ops.split(",")
     print(f"{'op':>10} {'shape':>18} {'qr2 us':>12} {'torch us':>12} {'speedup':>8}")
     for batch, m, n in parse_shapes(args.shapes, SHAPES):

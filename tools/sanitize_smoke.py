@@ -34,13 +34,10 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_cholqr_nb32", 2, 700, 700), ("blocked_cholqr_nb32", 40, 300, 300),  # CholeskyQR panels
           ("blocked_cholqr_nb32", 1, 2100, 300),  # 256-row blocks, 16-block clusters
           ("blocked_cholqr_nb32", 4, 100, 100),  # one block a panel (what racecheck can run, in time)
-          ("blocked_nb64_fp16", 300, 200, 200), ("blocked_nb64_fp16", 3, 300, 300),  # FP16 updates, whole strips
-          ("blocked_nb64_fp16", 2, 1024, 1024),  # FP16 updates with rows split; merge_t in parts
-          ("blocked_cholqr_nb64_fp16", 1, 2100, 300),  # CholeskyQR panels, FP16 updates
           ("blocked_cholqr_nb32", 2, 9000, 70),  # the grid CholeskyQR panel past a cluster's rows (no cluster)
           ("blocked_cholqr_nb32", 8, 9000, 40),  # parts walking two chunks (132 SMs: 33 parts, 36 chunks)
           ("blocked_nb64", 2, 1100, 200),  # merge_t in parts, 3xTF32
-          ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_cholqr_nb64_fp16_lookahead", 2, 1100, 400)]
+          ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_nb64_lookahead", 2, 1100, 400)]
 
 # exactly zero trailing columns (zero_tail_kernel, the panels and updates that skip them; the first update copies them
 # from a row-major input): route, batch, m, n, how many zero columns. Small batches where racecheck runs them (a batch
@@ -95,19 +92,13 @@ for call in calls:
     err = (Q @ torch.triu(H)[..., :k, :] - A).abs().max().item()
     print(f"{batch}x{m}x{n} zeros={zeros} route={route or qr2_op.config_for(m, n)} max|QR-A|={err:.2e}", flush=True)
 
-# orgqr and ormqr, on 3xTF32 and on the FP16 update (rows split over blocks, and whole strips)
+# orgqr and ormqr (updates with rows split over blocks, and in whole strips)
 if only in "householder" and "--zero-tails" not in sys.argv:
     for batch, m, n in [(2, 1024, 300), (16, 200, 200)]:
         batch = batch if max_batch is None else min(batch, max_batch)
         H, tau = torch.geqrf(torch.randn(batch, m, n, device="cuda"))
         C = torch.randn(batch, m, 70, device="cuda")
-        for fp16 in (False, True):
-            qr2_op._force_householder_fp16(fp16)
-            try:
-                Q, X = qr2_op.orgqr(H, tau), qr2_op.ormqr(H, tau, C, True, False)
-                torch.cuda.synchronize()
-            finally:
-                qr2_op._force_householder_fp16(False)
-            err = (Q.mT @ Q - torch.eye(n, device="cuda")).abs().max().item()
-            print(f"householder {batch}x{m}x{n} fp16={fp16} max|Q^T Q - I|={err:.2e} |QC|={X.norm().item():.3e}",
-                  flush=True)
+        Q, X = qr2_op.orgqr(H, tau), qr2_op.ormqr(H, tau, C, True, False)
+        torch.cuda.synchronize()
+        err = (Q.mT @ Q - torch.eye(n, device="cuda")).abs().max().item()
+        print(f"householder {batch}x{m}x{n} max|Q^T Q - I|={err:.2e} |QC|={X.norm().item():.3e}", flush=True)

@@ -1,4 +1,4 @@
-// copies.cuh - the copies both updates (update.cu, update_fp16.cu) make: asynchronous copies global -> shared, and
+// copies.cuh - the copies the update (update.cu) makes: asynchronous copies global -> shared, and
 // a row-major source's strips into column-major C (the first update of a row-major input writes H, exact zero strips
 // included, -0 staying -0).
 #pragma once

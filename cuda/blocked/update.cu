@@ -916,37 +916,8 @@ int source_into_c(const WyArgs& a, void* stream) {
     return a.cf && qr2_transpose_run(a.cf, a.cf_rs, 1, a.cf_bs, a.c, a.ldc, a.c_bs, a.mr, a.nc, a.batch, stream);
 }
 
-// The FP16 update (update_fp16.cu), for blocks of 33 to 64 reflectors: one launch of whole 64-column strips, or where
-// those give fewer than two blocks an SM, the rows split as split_update splits them, with wy_reduce_kernel between
-// its two parts. (Whole strips below two blocks an SM, and the split itself, are not yet measured against 3xTF32.)
-int fp16_blocks_per_sm(const qr2_device* dev) {
-    const int per_sm = qr2_update_fp16_blocks_per_sm(dev);
-    return per_sm < SPLIT_WAVE_BLOCKS ? per_sm : SPLIT_WAVE_BLOCKS;
-}
-
-int fp16_splits(int64_t items, int mr, const qr2_device* dev) {
-    return items < 2 * (int64_t)dev->sms ? row_splits(items, mr, fp16_blocks_per_sm(dev), dev) : 1;
-}
-
-int fp16_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
-    const int64_t items = a.batch * ((a.nc + 63) / 64);
-    const int per_sm = fp16_blocks_per_sm(dev);
-    const int splits = fp16_splits(items, a.mr, dev);
-    const WySplitWork sw = split_work(split_base, items * splits, 64, dev);
-    if (splits == 1) return qr2_update_fp16_run(a, WyPart::whole, a.mr, sw, stream);
-    if (source_into_c(a, stream)) return 1;
-    WyArgs in_c = a;
-    in_c.cf = nullptr;
-    const int split_rows = split_rows_of(a.mr, splits);
-    if (qr2_update_fp16_run(in_c, WyPart::partial_w, split_rows, sw, stream)) return 1;
-    if (launch_wy_reduce<64>(in_c, split_rows, sw, stream)) return 1;
-    return qr2_update_fp16_run(in_c, WyPart::apply, apply_rows(items, a.mr, per_sm, dev), sw, stream);
-}
-
 // 64-column strips; 32 where 64 would leave fewer than two blocks per SM and rows are too few to split.
 int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
-    if (a.scale_exp && a.nc > 32 && qr2_update_fp16_holds(a.mr, a.w, a.ldv, a.v_bs, a.ldc, a.c_bs, a.v, a.c))
-        return fp16_update(a, split_base, dev, stream);
     const int wmax = a.w <= 32 ? 32 : 64;
     const bool few = a.batch * ((a.nc + 31) / 32) < 2 * (int64_t)dev->sms;  // only then may rows be split
     const int per_sm = !few ? 0
@@ -1008,10 +979,6 @@ extern "C" int64_t qr2_update_work_floats(int w, int nc) {
 
 extern "C" int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
     return split_floats(m, n, w, batch, dev);
-}
-
-extern "C" int qr2_update_fp16_splits(int64_t batch, int mr, int nc, const qr2_device* dev) {
-    return fp16_splits(batch * ((nc + 63) / 64), mr, dev);
 }
 
 extern "C" int qr2_update_may_use_blas(int64_t m, int64_t batch, const qr2_device* dev) {
@@ -1084,8 +1051,7 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
         const int64_t t_rs = a->apply_q ? w : 1, t_cs = a->apply_q ? 1 : w;
         const WyArgs piece = {a->batch, mr - k, w - k < UPDATE_W ? w - k : UPDATE_W, a->nc, a->v + k * a->ldv + k,
                               a->ldv, a->v_bs, T + (int64_t)k * w + k, t_rs, t_cs, t_bs, a->apply_q != 0,
-                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0},
-                              a->scale_exp, a->scale_bs};
+                              a->c + k, a->ldc, a->c_bs, from, a->from_rs, a->from_bs, {a->zero_from, a->col0}};
         if (wy_update(piece, a->work + a->batch * a->work_bs, dev, stream)) return 1;
     }
     return 0;

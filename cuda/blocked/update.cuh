@@ -1,5 +1,5 @@
-// update.cuh - what update.cu and its FP16 update (update_fp16.cu) share: one update's arguments, the split update's
-// parts and workspace, and the FP16 update's entry points.
+// update.cuh - the compact-WY update's types (update.cu): one update's arguments, the split update's parts and
+// workspace.
 #pragma once
 
 #include <stdint.h>
@@ -28,8 +28,6 @@ struct WyArgs {
     const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
     int64_t cf_rs, cf_bs;
     WyTail tail;
-    const int* scale_exp;  // qr2_update_args.scale_exp: the FP16 update may take the piece
-    int64_t scale_bs;
 };
 
 // What one launch of an update kernel does. whole: all of the update for a block's strip. Where strips alone leave
@@ -49,13 +47,3 @@ struct WySplitWork {
     float* wq;
     int* e_of;
 };
-
-// Whether the FP16 update takes a piece of these sizes and alignments (w 33..64; rows, leading dimensions and strides
-// multiples of four floats; 16-byte aligned pointers).
-bool qr2_update_fp16_holds(int mr, int w, int64_t ldv, int64_t v_bs, int64_t ldc, int64_t c_bs, const float* v,
-                           const float* c);
-// PART of the FP16 update of every (matrix, 64-column strip), one launch, the rows split in blocks of split_rows
-// (whole: a.mr); the split parts read and write sw, in wy_reduce_kernel's formats (see fp16_update_kernel).
-int qr2_update_fp16_run(const WyArgs& a, WyPart part, int split_rows, const WySplitWork& sw, void* stream);
-// Thread blocks of the FP16 update an SM of dev holds at once (registers and shared memory).
-int qr2_update_fp16_blocks_per_sm(const qr2_device* dev);
