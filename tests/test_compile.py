@@ -1,4 +1,8 @@
 """The fake (meta) implementation, opcheck, torch.compile and CUDA-graph capture."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -135,17 +139,34 @@ def test_export_keeps_qr2s_operators(device):
         torch.testing.assert_close(got, want)
 
 
+# Run in a process of its own: a crash inside the loaded package (torch's proxy executor calling qr2's operators) must
+# fail this test, not end the suite's process.
+_AOT_INDUCTOR_SCRIPT = """
+import sys, torch
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+import qr2_op
+from test_compile import _Decompositions
+device, path = sys.argv[1], sys.argv[2]
+model = _Decompositions()
+program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
+                              dynamic_shapes=({0: torch.export.Dim("batch")},))
+loaded = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(program, package_path=path))
+x = torch.randn(5, 8, 5, device=device)
+for got, want in zip(loaded(x), model(x)):
+    torch.testing.assert_close(got, want)
+print("matched")
+"""
+
+
 def test_aot_inductor_package_runs_qr2s_operators(device, tmp_path):
     """An AOTInductor package of that program (C++ compiled ahead of time, loaded back) calls qr2's operators through
     torch's proxy executor and matches eager."""
-    model = _Decompositions()
-    program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
-                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
-    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "model.pt2"))
-    loaded = torch._inductor.aoti_load_package(package)
-    x = torch.randn(5, 8, 5, device=device)
-    for got, want in zip(loaded(x), model(x)):
-        torch.testing.assert_close(got, want)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _AOT_INDUCTOR_SCRIPT, device,
+                        str(tmp_path / "model.pt2"), os.path.dirname(tests), tests],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("matched"), (r.returncode, r.stdout[-2000:],
+                                                                         r.stderr[-4000:])
 
 
 _AUTOCAST = {"cpu": torch.bfloat16, "cuda": torch.float16}
