@@ -71,6 +71,13 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
      * count (60 x 1024 5.29 against 5.70 ms for blocked_nb32, 100 x 1024 8.42 against 9.37, 64 x 1536 16.0 against
      * 17.9 for blocked_nb64, 8 x 2048 7.16 against 9.65; 200 x 768 8.00 against 7.80 and 300 x 640 6.60 against 6.52,
      * the two nearest the threshold, cost a few per cent). docs/results/2026-12-02-h200-panel-occupancy-sweep.txt */
+    /* Among them one or two matrices of at least 4096 x 4096, whose panels no other matrix's update hides: each next
+     * panel on a side stream beside the update of the rest (2 x 4096 11.6 against 13.2 ms; 8 x 2048 lost, 6.46
+     * against 6.15). Not where an update may call cuBLAS (over 4096 rows), which lookahead never runs beside.
+     * docs/results/2026-12-05-h200-fp16-update-and-lookahead.txt */
+    RULE(qr2_blocked_cholqr_nb32_lookahead, batch <= 2 && m >= 4096 && n >= 4096 &&
+                                                !qr2_update_may_use_blas(m, batch, d) &&
+                                                batch * m * n < 1500000 * wave && cholqr_panels(m, n, d));
     RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch * m * n < 1500000 * wave &&
                                       cholqr_panels(m, n, d));
     /* Below that, panels taller than a cluster holds (over 8192 rows): the grid form of the CholeskyQR panel (five

@@ -14,7 +14,7 @@ import qr2_op
 from conftest import ROOT
 
 # configurations only forcing reaches (c_api/configs.c, `unmeasured`)
-FORCED_ONLY = ["blocked_nb32_lookahead", "blocked_nb64_lookahead", "blocked_cholqr_nb32_lookahead"]
+FORCED_ONLY = ["blocked_nb32_lookahead", "blocked_nb64_lookahead"]
 BLOCKED = [name for name, family, _ in qr2_op.configs() if family == "blocked"] + FORCED_ONLY
 
 
