@@ -37,7 +37,8 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_cholqr_nb32", 2, 9000, 70),  # the grid CholeskyQR panel past a cluster's rows (no cluster)
           ("blocked_cholqr_nb32", 8, 9000, 40),  # parts walking two chunks (132 SMs: 33 parts, 36 chunks)
           ("blocked_nb64", 2, 1100, 200),  # merge_t in parts, 3xTF32
-          ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_nb64_lookahead", 2, 1100, 400)]
+          ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_nb64_lookahead", 2, 1100, 400),
+          ("blocked_cholqr_nb32_lookahead", 2, 1100, 400)]
 
 # exactly zero trailing columns (zero_tail_kernel, the panels and updates that skip them; the first update copies them
 # from a row-major input): route, batch, m, n, how many zero columns. Small batches where racecheck runs them (a batch
