@@ -7,11 +7,13 @@
  * rows, measured 2x faster than the cluster panel there at batch 1), cluster (while one cluster of up to 8 blocks
  * holds the rows) and tall (many blocks a matrix, any height). Configurations with `cholqr` first run the CholeskyQR
  * panel on 32-column panels it holds that are taller than the registers kind holds (below that height the registers
- * panel measured faster: docs/tuning.md); the cluster or tall kind then factors only the matrices whose guard failed.
+ * panel measured faster: docs/tuning.md), or its grid form on panels taller than a cluster holds; the cluster or tall
+ * kind then factors only the matrices whose guard failed.
  * Kernels launched without clusters are programmatic dependent launches that first wait for the kernel before them
  * (2x4096 2 % faster; with clusters it lost: docs/results/2026-12-03-h200-pdl.txt). Each matrix's exactly zero
  * trailing columns are found first (qr2_zero_tail_run); the register panels and the updates leave them alone.
- * Large batches run as two halves, one panel apart, the second on a side stream (qr2_blocked_halves).
+ * Large batches run as two halves, one panel apart, the second on a side stream (qr2_blocked_halves); configurations
+ * with `lookahead` factor each next panel on a side stream beside the update of the rest (use_lookahead).
  */
 #include "configs.h"
 
@@ -22,10 +24,14 @@ int qr2_blocked_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_devic
     return 1; /* any shape */
 }
 
-/* The tall panel's partial sums (doubles, first in the workspace), when some panel is taller than a cluster holds. */
-static int64_t tall_panel_floats(const qr2_problem* p) {
+/* The tall panel's partial sums and counters (doubles first, first in the workspace), when some panel is taller than
+ * a cluster holds; with cholqr, or the grid CholeskyQR panel's partials and states, whichever is larger. */
+static int64_t tall_panel_floats(const qr2_config* c, const qr2_problem* p) {
     if (qr2_panel_cluster_holds(p->m, 1, p->dev)) return 0;
-    return qr2_panel_tall_work_floats(p->m, p->batch, p->dev);
+    const int64_t tall = qr2_panel_tall_work_floats(p->m, p->batch, p->dev);
+    const int64_t grid = c->cholqr ? qr2_panel_cholqr_grid_work_floats(p->m, p->batch, p->dev) : 0;
+    const int64_t most = tall > grid ? tall : grid;
+    return (most + 63) / 64 * 64; /* V after it starts 256-byte aligned, as the updates' fast paths need */
 }
 
 /* The widest outer panel: nb columns, or all min(m, n) reflectors when there are fewer (a 2 x 10^7 matrix must not
@@ -44,7 +50,7 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
     /* per matrix: explicit V of one outer panel (m x its width), the T factors, the update's scratch; after the
      * split update's regions, one int a matrix each for the CholeskyQR panels' flags and for zero_from */
     const int w = outer_panel_width(c, p);
-    return tall_panel_floats(p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
+    return tall_panel_floats(c, p) + p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
            qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev) + (c->cholqr ? p->batch : 0) + p->batch;
 }
 
@@ -56,7 +62,7 @@ static int64_t schedule_workspace_floats(const qr2_config* c, const qr2_problem*
  * below it lost: 120 x 352 (2.7 waves) +6 %, 30 x 1024 (1.8) +5 %; 16 x 2048, which won at 1.9 waves, stays whole).
  * Three or four parts lost to two on every shape measured, and halves of one matrix lost (2 x 4096 +2 %). Matrices
  * of fewer than HALVES_MIN_COLUMNS reflectors (four panels; wide or thin shapes, not measured) have little panel time
- * to hide. Panels taller than a cluster holds (the tall panel, a launch a reflector) are not measured this way either,
+ * to hide. Panels taller than a cluster holds (the tall panel) are not measured this way either,
  * and halves whose updates might call cuBLAS (its handle is bound to the caller's stream) would fail: all these stay
  * whole. */
 #define HALVES_MIN_COLUMNS 128
@@ -68,6 +74,23 @@ int qr2_blocked_halves(int64_t m, int64_t n, int64_t batch, const qr2_device* de
         return 0;
     const int64_t strips = (n - 1) / 64 + 1, waves = qr2_panel_registers_holds(m, 1, dev) ? 4 : 2;
     return half >= (waves * dev->sms + strips - 1) / strips; /* half * strips >= waves * SMs, without overflow */
+}
+
+/* Lookahead (configurations with `lookahead`): each step's update split in two, the next panel's columns first and that
+ * panel factored right after them on a side stream, beside the update of the rest on the caller's stream; the two join
+ * before the next step. For few matrices, whose panels no other matrix's update can hide (halves). Never with halves,
+ * and never where an update might call cuBLAS (its handle is bound to the caller's stream). */
+static int use_lookahead(const qr2_config* c, const qr2_problem* p) {
+    const int64_t kmin = p->m < p->n ? p->m : p->n;
+    return c->lookahead && kmin > c->nb && !qr2_update_may_use_blas(p->m, p->batch, p->dev) &&
+           !qr2_blocked_halves(p->m, p->n, p->batch, p->dev);
+}
+
+/* The lookahead's own V, T and update scratch, after the schedule's (64-float aligned). */
+static int64_t lookahead_floats(const qr2_config* c, const qr2_problem* p) {
+    const int w = outer_panel_width(c, p);
+    return p->batch * ((int64_t)p->m * w + t_floats(c) + qr2_update_work_floats(w, p->n)) +
+           qr2_update_split_floats(p->m, p->n, w, p->batch, p->dev);
 }
 
 /* Sizing passes no pointers (NULL a, h, tau). */
@@ -83,14 +106,16 @@ static int split_in_halves(const qr2_problem* p, qr2_problem half[2]) {
     return 1;
 }
 
-/* The first half's workspace, rounded up to 256 bytes: the second half's starts aligned as the whole one's does. */
-static int64_t first_half_floats(const qr2_config* c, const qr2_problem* half) {
-    return (schedule_workspace_floats(c, half) + 63) / 64 * 64;
+/* A schedule's workspace rounded up to 256 bytes: what follows it (the second half's, the lookahead's) starts aligned
+ * as the whole one's does. */
+static int64_t aligned_schedule_floats(const qr2_config* c, const qr2_problem* p) {
+    return (schedule_workspace_floats(c, p) + 63) / 64 * 64;
 }
 
 int64_t qr2_blocked_workspace_floats(const qr2_config* c, const qr2_problem* p) {
     qr2_problem half[2];
-    if (split_in_halves(p, half)) return first_half_floats(c, &half[0]) + schedule_workspace_floats(c, &half[1]);
+    if (split_in_halves(p, half)) return aligned_schedule_floats(c, &half[0]) + schedule_workspace_floats(c, &half[1]);
+    if (use_lookahead(c, p)) return aligned_schedule_floats(c, p) + lookahead_floats(c, p); /* after it, aligned */
     return schedule_workspace_floats(c, p);
 }
 
@@ -121,10 +146,10 @@ typedef struct schedule {
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
 
-/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [k0 + w, k0 + w + nc);
+/* Applies the reflectors of columns [k0, k0 + w) (outer-panel column jo) to columns [c0, c0 + nc), c0 = k0 + w + off;
  * t: their T factor (ld w, s->t_bs apart) when the panel kernels built it (NULL: built here from V); from_a: whether
  * those columns are still only in A (the first update, see qr2_blocked_run). */
-static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, const float* t, int from_a) {
+static int apply_reflectors(const schedule* s, int k0, int jo, int w, int off, int nc, const float* t, int from_a) {
     const qr2_problem* p = s->p;
     const int kmin = p->m < p->n ? p->m : p->n;
     const int ldv = ldv_of(s);
@@ -133,10 +158,10 @@ static int apply_reflectors(const schedule* s, int k0, int jo, int w, int nc, co
         .v = s->v + (int64_t)jo * ldv + jo, .ldv = ldv, .v_bs = s->v_bs,
         .tau = p->tau + k0, .tau_bs = kmin,
         .t = t, .t_bs = s->t_bs,
-        .c = p->h + (int64_t)(k0 + w) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
+        .c = p->h + (int64_t)(k0 + w + off) * p->m + k0, .ldc = p->m, .c_bs = (int64_t)p->m * p->n,
         .work = s->wy, .work_bs = s->wy_bs,
-        .c_from = from_a ? p->a + k0 + w : 0, .from_rs = p->a_rs, .from_bs = p->a_bs,
-        .zero_from = s->zero_from, .col0 = k0 + w,
+        .c_from = from_a ? p->a + k0 + w + off : 0, .from_rs = p->a_rs, .from_bs = p->a_bs,
+        .zero_from = s->zero_from, .col0 = k0 + w + off,
     };
     return qr2_update_run(&a, s->blas, p->dev, p->stream);
 }
@@ -169,6 +194,10 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
             /* the matrices it leaves (done[b] == 0) take the Householder kind below */
             if (qr2_panel_cholqr_run(&job, s->done, p->dev, p->stream)) return 1;
             job.done = s->done;
+        } else if (s->done && qr2_panel_cholqr_grid_holds(mr, w, p->dev) && !qr2_panel_cluster_holds(mr, w, p->dev)) {
+            /* taller than a cluster holds: the grid form, else the tall kind's launch a reflector */
+            if (qr2_panel_cholqr_grid_run(&job, s->done, s->tall, p->dev, p->stream)) return 1;
+            job.done = s->done;
         }
         if (registers) {
             *t = t_leaf;
@@ -178,28 +207,30 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
             *t = t_leaf;
             return qr2_panel_cluster_run(&job, 0, p->dev, p->stream);
         }
+        if (qr2_panel_tall_builds_t(&job, p->dev)) *t = t_leaf; /* its resident form, one launch a panel */
         return qr2_panel_tall_run(&job, s->tall, p->dev, p->stream);
     }
     const int w1 = split_width(w), w2 = w - w1;
     const float *left = 0, *right = 0;
     if (factor_panel(s, k0, jo, w1, 0, 1, &left)) return 1;
-    if (apply_reflectors(s, k0, jo, w1, w2, left, 0)) return 1;
+    if (apply_reflectors(s, k0, jo, w1, 0, w2, left, 0)) return 1;
     if (factor_panel(s, k0 + w1, jo + w1, w2, 1, want_t, &right)) return 1;
     /* Both halves single panel kernels that built their T (so the right one left the left one's slot alone): T from
-     * theirs, T12 = -T1 V1^T V2 T2, instead of from V's Gram matrix in the update. The merge walks a matrix's rows on
-     * one block: a few tall matrices keep cuBLAS's Gram GEMM, which splits the rows (a guess, not yet measured). */
+     * theirs, T12 = -T1 V1^T V2 T2, instead of from V's Gram matrix in the update. Fewer matrices than SMs split the
+     * rows of V1^T V2 over blocks (partials in the update's split region, unused until the update). Before that split,
+     * tall matrices at such batches built T from V's Gram matrix in the update (larft: one block a matrix, ~24 us a
+     * launch at 4096 rows); which of the two is faster there is not yet measured. */
     if (!want_t || !left || !right || w1 > s->config->leaf_nb || w2 > s->config->leaf_nb) return 0;
-    if (mr > 1024 && p->batch < p->dev->sms) return 0;
     const int ldv = ldv_of(s);
     float* merged = s->t + 2 * T_HALF_FLOATS;
     if (qr2_update_merge_t(p->batch, mr, w1, w2, s->v + (int64_t)jo * ldv + jo, ldv, s->v_bs, left, right, s->t_bs,
-                           merged, s->t_bs, p->stream))
+                           merged, s->t_bs, s->wy + p->batch * s->wy_bs, p->dev, p->stream))
         return 1;
     *t = merged;
     return 0;
 }
 
-static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind);
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind, int ahead);
 
 /* Queues the whole schedule of s->behind, once, on the calling thread's side stream after what s's stream holds so
  * far (on s's stream itself while the side stream belongs to another graph capture). */
@@ -208,12 +239,12 @@ static int start_behind(const schedule* s) {
     qr2_problem rest = *b->p;
     void* side = 0;
     b->started = 1;
-    if (qr2_side_fork(s->p->stream, s->p->dev->index, &side)) return 1;
+    if (qr2_side_fork(s->p->stream, s->p->dev->index, QR2_SIDE_PLAIN, &side)) return 1;
     if (side) rest.stream = side, b->on_side = 1;
-    return run_schedule(s->config, &rest, b->work, 0);
+    return run_schedule(s->config, &rest, b->work, 0, 0);
 }
 
-static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind) {
+static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, behind_half* behind, int ahead) {
     schedule s = {.config = c, .p = p, .behind = behind};
     if (p->blas_handle && p->blas_handle(&s.blas))
         return qr2_cuda_fail("torch_get_current_cuda_blas_handle", "torch logged the reason");
@@ -225,7 +256,7 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
     if (p->a != p->h && qr2_transpose_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->h, p->m, (int64_t)p->m * p->n, p->m,
                                           first_from_a ? width : p->n, p->batch, p->stream))
         return 1;
-    const int64_t tall = tall_panel_floats(p);
+    const int64_t tall = tall_panel_floats(c, p);
     s.tall = tall > 0 ? work : 0;
     s.v = work + tall;
     s.v_bs = (int64_t)p->m * width;
@@ -241,23 +272,59 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
      * inputs: docs/results/2026-12-04-h200-zero-tail-scan.txt) */
     if (qr2_zero_tail_run(p->a, p->a_rs, p->a_cs, p->a_bs, p->m, p->n, p->batch, s.zero_from, p->stream)) return 1;
     const int kmin = p->m < p->n ? p->m : p->n;
-    for (int k = 0; k < kmin; k += c->nb) {
+    /* With lookahead, steps alternate between two V and T slots: the next panel writes one while the update of the
+     * rest still reads the other. */
+    qr2_problem on_side = *p;
+    schedule ahead_s = s;
+    ahead_s.p = &on_side;
+    ahead_s.blas = 0; /* bound to the caller's stream; no update here calls cuBLAS (use_lookahead) */
+    float* v_slot[2] = {s.v, s.v}; /* one slot without lookahead */
+    float* t_slot[2] = {s.t, s.t};
+    if (ahead) {
+        v_slot[1] = work + aligned_schedule_floats(c, p);
+        t_slot[1] = v_slot[1] + p->batch * s.v_bs;
+        ahead_s.wy = t_slot[1] + p->batch * s.t_bs;
+    }
+    const float* t_ahead = 0;
+    int factored = 0; /* the lookahead has factored this step's panel */
+    for (int k = 0, step = 0; k < kmin; k += c->nb, ++step) {
         const int w = (int)min64(c->nb, kmin - k);
-        const float* t = 0;
+        const float* t = t_ahead;
         s.k_outer = k;
-        if (factor_panel(&s, k, 0, w, 0, k + w < p->n, &t)) return 1;
+        s.v = v_slot[step & 1], s.t = t_slot[step & 1];
+        if (!factored && factor_panel(&s, k, 0, w, 0, k + w < p->n, &t)) return 1;
+        factored = 0;
         if (k == 0 && behind && start_behind(&s)) return 1;
-        if (k + w < p->n && apply_reflectors(&s, k, 0, w, p->n - k - w, t, k == 0 && first_from_a)) return 1;
+        if (k + w >= p->n) continue;
+        const int from_a = k == 0 && first_from_a;
+        const int next_w = k + w < kmin ? (int)min64(c->nb, kmin - k - w) : 0;
+        const int rest = p->n - k - w - next_w; /* columns right of the next panel */
+        void* side = 0;
+        if (ahead && next_w > 0 && rest > 0 && qr2_side_fork(p->stream, p->dev->index, QR2_SIDE_URGENT, &side))
+            return 1;
+        if (!side) {
+            if (apply_reflectors(&s, k, 0, w, 0, p->n - k - w, t, from_a)) return 1;
+            continue;
+        }
+        /* the next panel's columns, then that panel, on the side stream; the rest here */
+        on_side.stream = side;
+        ahead_s.k_outer = k, ahead_s.v = s.v, ahead_s.t = s.t;
+        int failed = apply_reflectors(&ahead_s, k, 0, w, 0, next_w, t, from_a);
+        ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];
+        failed = failed || factor_panel(&ahead_s, k + w, 0, next_w, 0, k + w + next_w < p->n, &t_ahead);
+        failed = failed || apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a);
+        if (qr2_side_join(p->stream, p->dev->index, QR2_SIDE_URGENT) || failed) return 1;
+        factored = 1;
     }
     return behind && !behind->started ? start_behind(&s) : 0; /* no panel at all */
 }
 
 int qr2_blocked_run(const qr2_config* c, const qr2_problem* p, float* work) {
     qr2_problem half[2];
-    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0);
+    if (!split_in_halves(p, half)) return run_schedule(c, p, work, 0, use_lookahead(c, p));
     /* the second half starts on the side stream once the first half's first panel is queued; the caller's stream
      * then waits for it, also after a failure (a capture must not end with the side stream still forked) */
-    behind_half second = {.p = &half[1], .work = work + first_half_floats(c, &half[0])};
-    const int failed = run_schedule(c, &half[0], work, &second);
-    return (second.on_side && qr2_side_join(p->stream, p->dev->index)) || failed;
+    behind_half second = {.p = &half[1], .work = work + aligned_schedule_floats(c, &half[0])};
+    const int failed = run_schedule(c, &half[0], work, &second, 0);
+    return (second.on_side && qr2_side_join(p->stream, p->dev->index, QR2_SIDE_PLAIN)) || failed;
 }

@@ -52,11 +52,13 @@ struct qr2_config {
     int leaf_nb; /* blocked: widest panel one panel kernel factors (<= QR2_PANEL_MAX_W) */
     const char* what; /* one line for people */
     int cholqr;  /* blocked: 32-column panels by CholeskyQR2 first, the Householder kinds for the matrices it leaves */
+    int lookahead; /* blocked: the next panel on a side stream beside the update of the rest (blocked.c) */
 };
 
 /* The configurations (configs.c), by name. */
 extern const qr2_config qr2_quad, qr2_warp, qr2_builder, qr2_builder_cluster2, qr2_builder_cluster3, qr2_registers,
-    qr2_registers_cluster2, qr2_shared_memory, qr2_blocked_cholqr_nb32, qr2_blocked_nb64, qr2_blocked_nb32;
+    qr2_registers_cluster2, qr2_shared_memory, qr2_blocked_cholqr_nb32_lookahead, qr2_blocked_cholqr_nb32,
+    qr2_blocked_nb64, qr2_blocked_nb32;
 
 /* Whether c can run the shape on dev: its family holds it, and a cluster configuration needs a device with clusters. */
 int qr2_config_holds(const qr2_config* c, int64_t m, int64_t n, const qr2_device* dev);

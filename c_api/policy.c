@@ -66,6 +66,13 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
     RULE(qr2_registers, n <= 96);
     /* Tall matrices of n <= 8: one block's shared memory (held since the first kernels; no placement measurement). */
     RULE(qr2_shared_memory, n <= 8);
+    /* Inside the CholeskyQR rule's region below, one or two 4096 x 4096 matrices, whose panels no other matrix's
+     * update hides: each next panel on a side stream beside the update of the rest (2 x 4096 11.6 against 13.2 ms;
+     * 8 x 2048 lost, 6.46 against 6.15; one matrix, whose panels are even less hidden, not measured; wider or taller
+     * not measured, and over 4096 rows an update may call cuBLAS, which lookahead never runs beside).
+     * docs/results/2026-12-05-h200-fp16-update-and-lookahead.txt */
+    RULE(qr2_blocked_cholqr_nb32_lookahead, batch <= 2 && m == 4096 && n == 4096 &&
+                                                !qr2_update_may_use_blas(m, batch, d) && cholqr_panels(m, n, d));
     /* Panels taller than the register panel holds, below 1.5 million matrix entries per SM (198 million on an
      * H200): CholeskyQR panels over clusters of up to 16 blocks, whose critical path does not grow with the reflector
      * count (60 x 1024 5.29 against 5.70 ms for blocked_nb32, 100 x 1024 8.42 against 9.37, 64 x 1536 16.0 against
@@ -73,6 +80,14 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
      * the two nearest the threshold, cost a few per cent). docs/results/2026-12-02-h200-panel-occupancy-sweep.txt */
     RULE(qr2_blocked_cholqr_nb32, m > QR2_PANEL_REGISTERS_MAX_M && batch * m * n < 1500000 * wave &&
                                       cholqr_panels(m, n, d));
+    /* Below that, panels taller than a cluster holds (over 8192 rows): the grid form of the CholeskyQR panel (five
+     * launches a panel over 256-row blocks) instead of the tall Householder panel's launches: 1 x 100000 x 256 2.13
+     * against 6.15 ms, 1 x 20000 x 256 0.91 against 4.06, 4 x 50000 x 64 0.52 against 1.92, 2 x 9000 x 2000 24.6
+     * against 34.4 (its panels under 8192 rows take the cluster panels as before); batches of 1 to 4 measured, so
+     * larger ones keep the tall panel. It factors whole 32-column panels only: n < 32 stays on the tall panel.
+     * docs/results/2026-12-05-h200-grid-cholqr-panel.txt */
+    RULE(qr2_blocked_cholqr_nb32, n >= QR2_PANEL_MAX_W && batch <= 4 && batch * m * n < 1500000 * wave &&
+                                      qr2_panel_cholqr_grid_holds(m, QR2_PANEL_MAX_W, d));
     /* n >= 768 from 1.5 million entries per SM: 64-column outer panels halve the passes of the trailing update where
      * there is enough of it to fill the SMs many times (400 x 768 12.8 against 13.2 ms, 200 x 1024 14.0 against 14.8;
      * n = 512 slower at every batch: 640 x 512 6.38 against 6.11, 1000 x 512 9.29 against 8.90; a tie at 640 x 512

@@ -252,7 +252,9 @@ extern "C" __attribute__((visibility("default"))) void qr2_launch_replay(int on)
 
 // ---- side streams ----
 // A second stream for each host thread and device, on which a schedule runs part of a batch beside the caller's
-// stream. One per thread: a side stream pulled into a user's graph capture (by waiting on an event recorded in the
+// stream; and an urgent one, at the device's highest priority, for work on the schedule's critical path beside the
+// rest (the lookahead's next panel, whose blocks should then take SMs as the update's drain; not yet measured). One
+// of each per thread: a side stream pulled into a user's graph capture (by waiting on an event recorded in the
 // capturing stream) stays in that capture until the capture ends, and no other thread's work may land on it then.
 // While it is in a capture other than the caller's, qr2_side_fork hands out none (the caller runs both halves
 // itself). Calls of one thread on different streams share its side stream, so their second halves queue behind one
@@ -263,15 +265,16 @@ constexpr int SIDE_DEVICES = 64;
 std::atomic<long long> side_forks{0};
 
 struct SideStreams {
-    cudaStream_t stream[SIDE_DEVICES] = {};
-    cudaEvent_t event[SIDE_DEVICES] = {};  // recorded on one stream, waited on by the other, in both directions
+    cudaStream_t stream[2][SIDE_DEVICES] = {};  // [urgent][device]
+    cudaEvent_t event[2][SIDE_DEVICES] = {};    // recorded on one stream, waited on by the other, in both directions
     SideStreams() { watch_exit(); }
     ~SideStreams() {
         if (exiting) return;
-        for (int d = 0; d < SIDE_DEVICES; ++d) {
-            if (event[d]) (void)cudaEventDestroy(event[d]);
-            if (stream[d]) (void)cudaStreamDestroy(stream[d]);
-        }
+        for (int u = 0; u < 2; ++u)
+            for (int d = 0; d < SIDE_DEVICES; ++d) {
+                if (event[u][d]) (void)cudaEventDestroy(event[u][d]);
+                if (stream[u][d]) (void)cudaStreamDestroy(stream[u][d]);
+            }
     }
 };
 
@@ -279,26 +282,30 @@ thread_local SideStreams sides;
 
 }  // namespace
 
-extern "C" int qr2_side_fork(void* stream, int device, void** side) {
+extern "C" int qr2_side_fork(void* stream, int device, int urgent, void** side) {
     if (device < 0 || device >= SIDE_DEVICES) return qr2_record_error("side stream", "device index past 63");
-    if (!sides.stream[device]) {
+    urgent = urgent != 0;
+    if (!sides.stream[urgent][device]) {
         RelaxedCapture relaxed;  // creating them is allowed while this or another thread captures a graph
         cudaStream_t s = nullptr;
         cudaEvent_t e = nullptr;
-        QR2_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (side stream)");
+        int greatest = 0;  // numerically the lowest
+        QR2_CHECK_CUDA(cudaDeviceGetStreamPriorityRange(nullptr, &greatest), "cudaDeviceGetStreamPriorityRange");
+        QR2_CHECK_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, urgent ? greatest : 0),
+                       "cudaStreamCreateWithPriority (side stream)");
         const cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
         if (err != cudaSuccess) {
             (void)cudaStreamDestroy(s);
             return qr2_record_cuda_error(err, "cudaEventCreateWithFlags (side stream)");
         }
-        sides.stream[device] = s, sides.event[device] = e;
+        sides.stream[urgent][device] = s, sides.event[urgent][device] = e;
     }
     *side = nullptr;
     cudaStreamCaptureStatus side_status = cudaStreamCaptureStatusNone, own_status = cudaStreamCaptureStatusNone;
     unsigned long long side_id = 0, own_id = 0;
     // Still in a capture: usable only from within the same one. A query CUDA refuses: no side stream either (the call
     // then runs both halves on its own stream).
-    if (cudaStreamGetCaptureInfo(sides.stream[device], &side_status, &side_id) != cudaSuccess) {
+    if (cudaStreamGetCaptureInfo(sides.stream[urgent][device], &side_status, &side_id) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
@@ -307,9 +314,11 @@ extern "C" int qr2_side_fork(void* stream, int device, void** side) {
         if (asked != cudaSuccess) (void)cudaGetLastError();
         if (asked != cudaSuccess || own_status != cudaStreamCaptureStatusActive || own_id != side_id) return 0;
     }
-    QR2_CHECK_CUDA(cudaEventRecord(sides.event[device], (cudaStream_t)stream), "cudaEventRecord (side stream fork)");
-    QR2_CHECK_CUDA(cudaStreamWaitEvent(sides.stream[device], sides.event[device], 0), "cudaStreamWaitEvent (fork)");
-    *side = sides.stream[device];
+    QR2_CHECK_CUDA(cudaEventRecord(sides.event[urgent][device], (cudaStream_t)stream),
+                   "cudaEventRecord (side stream fork)");
+    QR2_CHECK_CUDA(cudaStreamWaitEvent(sides.stream[urgent][device], sides.event[urgent][device], 0),
+                   "cudaStreamWaitEvent (fork)");
+    *side = sides.stream[urgent][device];
     side_forks.fetch_add(1, std::memory_order_relaxed);
     return 0;
 }
@@ -317,9 +326,12 @@ extern "C" int qr2_side_fork(void* stream, int device, void** side) {
 // Tests only: how many times a side stream was forked since the library was loaded.
 extern "C" __attribute__((visibility("default"))) long long qr2_side_fork_count(void) { return side_forks.load(); }
 
-extern "C" int qr2_side_join(void* stream, int device) {
-    if (device < 0 || device >= SIDE_DEVICES || !sides.stream[device]) return 0;  // nothing was forked
-    QR2_CHECK_CUDA(cudaEventRecord(sides.event[device], sides.stream[device]), "cudaEventRecord (side stream join)");
-    QR2_CHECK_CUDA(cudaStreamWaitEvent((cudaStream_t)stream, sides.event[device], 0), "cudaStreamWaitEvent (join)");
+extern "C" int qr2_side_join(void* stream, int device, int urgent) {
+    urgent = urgent != 0;
+    if (device < 0 || device >= SIDE_DEVICES || !sides.stream[urgent][device]) return 0;  // nothing was forked
+    QR2_CHECK_CUDA(cudaEventRecord(sides.event[urgent][device], sides.stream[urgent][device]),
+                   "cudaEventRecord (side stream join)");
+    QR2_CHECK_CUDA(cudaStreamWaitEvent((cudaStream_t)stream, sides.event[urgent][device], 0),
+                   "cudaStreamWaitEvent (join)");
     return 0;
 }

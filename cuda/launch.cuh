@@ -35,6 +35,7 @@ struct Qr2Launch {
     unsigned cluster = 1;    // thread blocks per cluster, along x
     bool replay = false;     // through qr2_replay_launch (single-block configurations only)
     bool pdl = false;        // programmatic dependent launch: may start while the previous kernel drains
+    bool cooperative = false;  // every block resident at once (or the launch fails): blocks may wait for each other
 };
 
 // The device side of a programmatic dependent launch (Qr2Launch::pdl), first in a kernel so launched: nothing after
@@ -44,8 +45,8 @@ __device__ __forceinline__ void qr2_follow_previous_kernel() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-// Launches kernel(args...) on `stream` as `how` says: shared-memory opt-in past the default 48 KB, cluster and
-// programmatic-dependent-launch attributes, or graph replay. The one launch path of every family.
+// Launches kernel(args...) on `stream` as `how` says: shared-memory opt-in past the default 48 KB, cluster,
+// programmatic-dependent-launch and cooperative attributes, or graph replay. The one launch path of every family.
 template <typename... Params, typename... Args>
 int qr2_launch(void (*kernel)(Params...), const Qr2Launch& how, void* stream, const char* what, const Args&... args) {
     static_assert((std::is_same<Params, Args>::value && ...), "pass each argument as the kernel's own type");
@@ -53,9 +54,9 @@ int qr2_launch(void (*kernel)(Params...), const Qr2Launch& how, void* stream, co
     if (limit + how.static_smem > 48 * 1024)
         QR2_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit), what);
     void* argv[sizeof...(Args) + 1] = {const_cast<Args*>(&args)...};
-    if (how.replay && how.cluster == 1 && !how.pdl)
+    if (how.replay && how.cluster == 1 && !how.pdl && !how.cooperative)
         return qr2_replay_launch((const void*)kernel, how.grid, how.block, how.smem, stream, argv, what);
-    cudaLaunchAttribute attrs[2];
+    cudaLaunchAttribute attrs[3];
     unsigned count = 0;
     if (how.cluster > 1) {
         attrs[count].id = cudaLaunchAttributeClusterDimension;
@@ -67,6 +68,11 @@ int qr2_launch(void (*kernel)(Params...), const Qr2Launch& how, void* stream, co
     if (how.pdl) {
         attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attrs[count].val.programmaticStreamSerializationAllowed = 1;
+        ++count;
+    }
+    if (how.cooperative) {
+        attrs[count].id = cudaLaunchAttributeCooperative;
+        attrs[count].val.cooperative = 1;
         ++count;
     }
     cudaLaunchConfig_t cfg = {};

@@ -120,6 +120,12 @@ typedef struct qr2_panel_job {
  * a matrix that did not is left untouched for a Householder kind (run it next with job.done = done). */
 int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cholqr_run(const qr2_panel_job* job, int* done, const qr2_device* dev, void* stream);
+/* cholqr_grid: the same, for panels taller than a cluster holds (m > 8192): five launches over 256-row blocks of the
+ * grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch, dev) floats, 8-byte
+ * aligned. */
+int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev);
+int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev);
+int qr2_panel_cholqr_grid_run(const qr2_panel_job* job, int* done, void* work, const qr2_device* dev, void* stream);
 
 /* registers: the register kernel of the `registers` family in panel mode, one block per panel; builds T.
  * m <= QR2_PANEL_REGISTERS_MAX_M (taller panels measured no faster than the cluster panel's: 24 and 32 rows per
@@ -133,12 +139,18 @@ int qr2_panel_registers_run(const qr2_panel_job* job, void* work, const qr2_devi
 int qr2_panel_cluster_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cluster_run(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);
 
-/* tall: any height, by many thread blocks per matrix and one launch per reflector; builds no T. work:
- * qr2_panel_tall_work_floats(m, batch, dev) floats, 8-byte aligned. */
+/* tall: any height, by many thread blocks per matrix: one launch a panel where the batch's blocks fit on the device
+ * at once with their rows in shared memory (the resident form, which also builds T where job.t is set:
+ * qr2_panel_tall_builds_t), else one launch per reflector, which builds no T. work:
+ * qr2_panel_tall_work_floats(m, batch, dev) floats, 8-byte aligned. For tests: the resident form's blocks a matrix
+ * for a job (0: it takes one launch per reflector), and a run that always takes one launch per reflector. */
 #define QR2_PANEL_TALL_MAX_BLOCKS 256
 int qr2_panel_tall_holds(int64_t m, int64_t w, const qr2_device* dev);
 int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev);
 int qr2_panel_tall_run(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);
+int qr2_panel_tall_builds_t(const qr2_panel_job* job, const qr2_device* dev);
+int qr2_panel_tall_resident_blocks(const qr2_panel_job* job, const qr2_device* dev);
+int qr2_panel_tall_run_launches(const qr2_panel_job* job, void* work, const qr2_device* dev, void* stream);
 
 /* ---- the blocked route's update and the input transpose ---- */
 
@@ -182,9 +194,13 @@ typedef struct qr2_update_args {
 int64_t qr2_update_work_floats(int w, int nc);
 /* T of the w1 + w2 reflectors V = [V1 V2] (mr x (w1 + w2), ld ldv, v_bs apart, as the panel kernels write them) from
  * the T factors of its halves, w1, w2 <= QR2_PANEL_MAX_W: t1 (w1 x w1, ld w1) and t2 (w2 x w2, ld w2), t_bs apart,
- * into t ((w1 + w2) square, ld w1 + w2, out_bs apart): T = [T1, -T1 (V1^T V2) T2; 0, T2]. */
+ * into t ((w1 + w2) square, ld w1 + w2, out_bs apart): T = [T1, -T1 (V1^T V2) T2; 0, T2]. work: where the rows are
+ * split into parts (qr2_update_merge_t_parts > 1), 1024 floats a part and matrix, which the update's split region
+ * (qr2_update_split_floats) of a problem of at least mr rows holds; else unused (may be NULL). */
 int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, int64_t ldv, int64_t v_bs,
-                       const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, void* stream);
+                       const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs, float* work,
+                       const qr2_device* dev, void* stream);
+int qr2_update_merge_t_parts(int64_t batch, int mr, int w1, const qr2_device* dev);
 int64_t qr2_update_split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev);
 int qr2_update_run(const qr2_update_args* args, void* blas_handle, const qr2_device* dev, void* stream);
 /* Whether some update of a batch of m-row matrices may need blas_handle (it never does from SMs matrices on). */
@@ -207,12 +223,14 @@ int qr2_zero_tail_run(const float* a, int64_t rs, int64_t cs, int64_t bs, int m,
 int qr2_transpose_run(const float* src, int64_t rs, int64_t cs, int64_t bs, float* dst, int64_t ldd, int64_t dst_bs,
                       int m, int n, int64_t batch, void* stream);
 
-/* The calling thread's side stream for `device` (created on first use), made to wait for the work queued on `stream`
- * so far; *side is NULL (and 0 returned) while that stream is held by a graph capture other than `stream`'s.
+/* The calling thread's side stream for `device` (created on first use; `urgent`: its second one, at the device's
+ * highest stream priority), made to wait for the work queued on `stream` so far; *side is NULL (and 0 returned) while
+ * that stream is held by a graph capture other than `stream`'s.
  * qr2_side_join makes `stream` wait for the work queued on the side stream so far. Stream-ordered (no host wait) and
  * capturable: inside a capture the side stream joins it. */
-int qr2_side_fork(void* stream, int device, void** side);
-int qr2_side_join(void* stream, int device);
+enum { QR2_SIDE_PLAIN = 0, QR2_SIDE_URGENT = 1 }; /* qr2_side_fork's and qr2_side_join's `urgent` */
+int qr2_side_fork(void* stream, int device, int urgent, void** side);
+int qr2_side_join(void* stream, int device, int urgent);
 
 /* An empty kernel, launched the way the single-kernel configurations launch: measures the floor of a call. */
 int qr2_empty_run(void* stream);

@@ -54,6 +54,15 @@ def test_every_profile(route, case):
         check(generate_input(batch=3, n=512, cond=cond, seed=7 + len(case), case=case))
 
 
+def test_columns_of_many_magnitudes_in_whole_strips(route):
+    """Columns alternately near 2^60 and 2^-60 at a batch whose updates take whole strips: the updates' products keep
+    each column's scale (3xTF32's split of a column near 2^60 beside one near 2^-60 must neither overflow nor flush)."""
+    A = torch.randn(300, 400, 400, device="cuda")
+    A[..., 0::2] *= 2.0 ** 60
+    A[..., 1::2] *= 2.0 ** -60
+    check(A)
+
+
 def test_strided_input_is_not_modified(route):
     base = torch.randn(3, 700, 600, device="cuda")
     A = base.transpose(-1, -2)[:, :500, :]
@@ -64,7 +73,8 @@ def test_strided_input_is_not_modified(route):
 
 # A row-major input is copied into H only for its first outer panel; the first update reads the rest from the input
 # and writes it into H. That must give the bits of the same matrices laid out column-major (copied into H whole):
-# dense strips, exactly zero strips (negative zeros kept), rows whose stride is no multiple of four.
+# dense strips, exactly zero strips (negative zeros kept) at the tail and between non-zero columns (whole strips of
+# the first update whose W is zero), rows whose stride is no multiple of four.
 @pytest.mark.parametrize("shape", [(384, 384), (513, 300), (300, 777), (1000, 70), (131, 257)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("pad", [0, 3])
@@ -72,6 +82,7 @@ def test_first_update_reads_row_major_input(route, shape, pad):
     m, n = shape
     A = torch.randn(3, m, n + pad, device="cuda")[..., :n]
     A[1, :, 64:] = -0.0
+    A[2, :, 96:224] = -0.0
     before = A.clone()
     H, tau = whole_matrix.factor(A)
     Hc, tauc = whole_matrix.factor(A.mT.contiguous().mT)
@@ -168,6 +179,32 @@ def test_batches_below_the_halves_rule_run_whole(route):
     check(A, (H, tau))
 
 
+def _capture_holding_the_side_stream(A, B, expected, captured_forks, eager_forks):
+    """A captured in a CUDA graph (its call forking `captured_forks` times), B factored eagerly on another stream while
+    that capture holds this thread's side stream (forking `eager_forks` times, with `expected`'s bits); then the
+    replay gives a fresh call's bits."""
+    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(capturing):
+        graph.capture_begin(capture_error_mode="relaxed")
+        try:
+            forks = qr2_op._side_fork_count()
+            captured = whole_matrix.factor(A)
+            assert qr2_op._side_fork_count() == forks + captured_forks
+            forks = qr2_op._side_fork_count()
+            with torch.cuda.stream(other):
+                eager = whole_matrix.factor(B)
+            assert qr2_op._side_fork_count() == forks + eager_forks
+        finally:
+            graph.capture_end()
+    torch.cuda.synchronize()
+    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = whole_matrix.factor(A)
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+
+
 def test_two_halves_on_a_user_stream_and_in_a_cuda_graph(route):
     whole_matrix.side_stream_and_cuda_graph((_two_waves()[0], 200, 200))
 
@@ -180,26 +217,77 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
     batch, _ = _two_waves()
     A = torch.randn(batch, 200, 200, device="cuda")
     B = torch.randn(batch // 2 + 1, 2, 200, 200, device="cuda").transpose(0, 1)
+    _capture_holding_the_side_stream(A, B, whole_matrix.factor(B), captured_forks=1, eager_forks=0)
+
+
+# Lookahead (configurations `<route>_lookahead`, c_api/blocked.c): the next panel's columns updated and that panel
+# factored on a side stream, beside the update of the rest. The policy picks only blocked_cholqr_nb32_lookahead (one or
+# two 4096 x 4096 matrices), so the tests force them.
+# One fork a step that has a next panel and columns right of it; never where an update might call cuBLAS (over 4096
+# rows, fewer matrices than SMs). An update split in two may split its rows over blocks differently from the whole
+# one, so the bits may differ from the schedule without lookahead: the checker decides.
+NB = {"blocked_nb32": 32, "blocked_nb64": 64, "blocked_cholqr_nb32": 32}
+
+
+@pytest.fixture(params=list(NB))
+def ahead(request):
+    qr2_op._force_config(request.param + "_lookahead")
+    yield request.param
+    qr2_op._force_config(None)
+
+
+def _forks_of(A):
+    forks = qr2_op._side_fork_count()
+    H, tau = whole_matrix.factor(A)
+    torch.cuda.synchronize()
+    return qr2_op._side_fork_count() - forks, (H, tau)
+
+
+def _steps_ahead(m, n, nb):
+    """Steps of the schedule with a next panel and columns right of it."""
+    kmin = min(m, n)
+    return sum(1 for k in range(0, kmin, nb) if k + nb < kmin and k + nb + min(nb, kmin - k - nb) < n)
+
+
+# 1500 x 300: panels over 1024 rows at a batch below the SMs, where blocked_nb64 merges T from partial products in each
+# stream's own split region.
+@pytest.mark.parametrize("layout", ["row_major", "column_major"])
+@pytest.mark.parametrize("shape", [(2, 300, 300), (3, 1024, 1024), (2, 200, 500), (3, 700, 130), (1, 65, 300),
+                                   (2, 1500, 300)], ids=lambda s: "x".join(map(str, s)))
+def test_lookahead_forks_a_step_and_passes_the_checker(ahead, layout, shape):
+    batch, m, n = shape
+    A = torch.randn(*shape, device="cuda")
+    A[0, :, n // 2:] = 0.0  # a zero tail in one matrix
+    if layout == "column_major":
+        A = A.mT.contiguous().mT
+    forks, (H, tau) = _forks_of(A)
+    assert forks == _steps_ahead(m, n, NB[ahead]) > 0
+    check(A, (H, tau))
+    _, (H2, tau2) = _forks_of(A)
+    assert torch.equal(H2, H) and torch.equal(tau2, tau)  # the same bits again
+
+
+def test_no_lookahead_where_an_update_might_call_cublas(ahead):
+    A = torch.randn(1, 4200, 100, device="cuda")
+    forks, out = _forks_of(A)
+    assert forks == 0
+    check(A, out)
+
+
+def test_lookahead_on_a_user_stream_and_in_a_cuda_graph(ahead):
+    whole_matrix.side_stream_and_cuda_graph((2, 300, 300))
+
+
+def test_lookahead_while_the_side_stream_is_held_by_a_capture(ahead):
+    """While another capture holds the side stream, a call runs every step on its own stream: the bits of the schedule
+    without lookahead."""
+    A = torch.randn(2, 300, 300, device="cuda")
+    B = torch.randn(2, 260, 260, device="cuda")
+    qr2_op._force_config(ahead)
     expected = whole_matrix.factor(B)
-    graph, capturing, other = torch.cuda.CUDAGraph(), torch.cuda.Stream(), torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(capturing):
-        graph.capture_begin(capture_error_mode="relaxed")
-        try:
-            forks = qr2_op._side_fork_count()
-            captured = whole_matrix.factor(A)
-            assert qr2_op._side_fork_count() == forks + 1
-            with torch.cuda.stream(other):
-                eager = whole_matrix.factor(B)
-            assert qr2_op._side_fork_count() == forks + 1
-        finally:
-            graph.capture_end()
-    torch.cuda.synchronize()
-    assert torch.equal(eager[0], expected[0]) and torch.equal(eager[1], expected[1])
-    graph.replay()
-    torch.cuda.synchronize()
-    fresh = whole_matrix.factor(A)
-    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+    qr2_op._force_config(ahead + "_lookahead")
+    _capture_holding_the_side_stream(A, B, expected, captured_forks=_steps_ahead(300, 300, NB[ahead]),
+                                     eager_forks=0)
 
 
 # The tails are found on the GPU at every call: a CUDA graph captured with one pattern of tails and replayed on
@@ -233,7 +321,8 @@ def test_lapack_conventions_match_torch(route):
 
 @pytest.mark.parametrize("batch", [1, 3, 300])
 def test_tall_panels(route, batch):
-    """Panels taller than a cluster holds: many blocks per matrix, one launch per reflector."""
+    """Panels taller than a cluster holds: many blocks per matrix, in one launch (batches 1 and 3) or one launch per
+    reflector (300 matrices' rows do not fit in shared memory at once)."""
     A = torch.randn(batch, 9000, 20, device="cuda")
     A[:, :, 4] *= 1e-30  # a column far below the others: its reflector's scalars need FP64
     A[:, 4000:, 7] = 0.0  # a column with a zero tail in most blocks

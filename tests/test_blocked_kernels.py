@@ -1,8 +1,7 @@
 """The blocked family's kernels one at a time, through the test entry points of c_api/testing.c: each panel kind
 (registers in panel mode, cluster, tall, cholqr) against LAPACK's (H, tau), the explicit V and T it writes, and QR2's
-checker; the CholeskyQR panel's guard;
-the compact-WY update against Q^T C in FP64; the merge of two T factors against LAPACK's T; the search for exactly
-zero trailing columns and the input transpose against torch."""
+checker; the CholeskyQR panel's guard; the compact-WY update against Q^T C in FP64; the merge of two T factors against
+LAPACK's T; the search for exactly zero trailing columns and the input transpose against torch."""
 import ctypes
 
 import pytest
@@ -23,9 +22,11 @@ for _name, _res, _args in [
     ("qr2_test_panel", _int, [_str, _i64, _int, _int, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_update_work_floats", _i64, [_i64, _int, _int, _int, _int]),
     ("qr2_test_update", _int, [_i64, _int, _int, _int, _p, _p, _p, _p, _p, _p, _int, _p]),
-    ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p]),
+    ("qr2_test_merge_t", _int, [_i64, _int, _int, _int, _p, _p, _p, _i64, _p, _i64, _p, _int, _p]),
+    ("qr2_test_merge_t_parts", _int, [_i64, _int, _int, _int]),
     ("qr2_test_zero_tail", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
+    ("qr2_test_panel_tall_resident_blocks", _int, [_i64, _int, _int, _int]),
     ("qr2_test_last_error", _str, []),
 ]:
     getattr(_lib, _name).restype, getattr(_lib, _name).argtypes = _res, _args
@@ -64,10 +65,11 @@ def _panel(kind, A, with_flags=False):
 
 
 # (kind, m, w): every rows-per-lane build of the register panel, the cluster panel from one block to eight, the tall
-# panel at heights the others hold too and beyond them
+# panel (its resident form, and one launch per reflector) at heights the others hold too and beyond them
 PANELS = [("registers", 32, 32), ("registers", 100, 17), ("registers", 300, 32), ("registers", 512, 32),
           ("cluster", 513, 32), ("cluster", 2000, 20), ("cluster", 8192, 32), ("cluster", 600, 1),
-          ("tall", 600, 32), ("tall", 9000, 32), ("tall", 20000, 7)]
+          ("tall", 600, 32), ("tall", 9000, 32), ("tall", 20000, 7), ("tall", 30000, 3),
+          ("tall_launches", 600, 32), ("tall_launches", 9000, 32), ("tall_launches", 20000, 7)]
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -89,7 +91,7 @@ def test_panel_matches_lapack(kind, m, w, batch):
     # V: zeros above the diagonal, ones on it, H's reflectors below
     eye = torch.eye(m, w, device="cuda")
     torch.testing.assert_close(V, torch.tril(H, -1) + eye, rtol=0, atol=0)
-    if kind != "tall":  # the tall panel builds no T
+    if kind != "tall_launches":  # the tall panel's per-reflector form builds no T
         Q = torch.eye(m, device="cuda", dtype=torch.float64) - V.double() @ T.double() @ V.double().transpose(-1, -2)
         torch.testing.assert_close(Q[..., :w], torch.linalg.householder_product(H, tau).double(), rtol=1e-4,
                                    atol=1e-4)
@@ -104,27 +106,52 @@ def test_panel_at_the_edges_of_fp32(kind, m, w, inputs):
     A = INPUTS[inputs](2, m, w, torch.Generator().manual_seed(3)).cuda()
     H, tau, V, T = _panel(kind, A)
     assert torch.isfinite(H).all() and torch.isfinite(tau).all() and torch.isfinite(V).all()
-    if kind != "tall":
+    if kind != "tall_launches":
         assert torch.isfinite(T).all()
     ok, msg = check_implementation(A, (H, tau))
     assert ok, msg
 
 
+@pytest.mark.parametrize("m,w,batch", [(m, w, b) for kind, m, w in PANELS if kind == "tall" for b in (1, 3)] +
+                         [(100000, 32, 1), (100000, 5, 1)])
+def test_tall_panel_takes_its_resident_form(m, w, batch):
+    """The `tall` cases above run the resident form (one launch a panel), not the per-reflector launches again."""
+    assert _lib.qr2_test_panel_tall_resident_blocks(batch, m, w, torch.cuda.current_device()) > 0
+
+
+@pytest.mark.parametrize("m,w,batch", [(9000, 32, 3), (100000, 5, 1)])
+def test_tall_panel_resident_form_repeats_its_bits(m, w, batch):
+    """Whichever block arrives last sums the partials, in block order: the same bits every call."""
+    A = torch.randn(batch, m, w, device="cuda")
+    first = _panel("tall", A)
+    for _ in range(3):
+        for x, y in zip(first, _panel("tall", A)):
+            assert torch.equal(x, y) or (x.isnan().all() and y.isnan().all())
+
+
+def test_tall_panel_too_tall_for_shared_memory_takes_launches():
+    """Rows a block beyond its shared memory: one launch per reflector."""
+    assert _lib.qr2_test_panel_tall_resident_blocks(1, 4_000_000, 32, torch.cuda.current_device()) == 0
+
+
 # (m, batch): one block, a cluster of 3-16 blocks (256-row blocks from 2049 rows), and batches whose 256-row clusters
 # need more waves of SMs than 512-row ones, which take the 512-row blocks (300 x 300: one block a matrix; 80 x 1000 and
 # 40 x 1500: clusters of 2 and 4)
-CHOLQR = [(64, 1), (300, 3), (2000, 1), (2049, 2), (4096, 2), (300, 300), (1000, 80), (1500, 40)]
+CHOLQR = [("cholqr", 64, 1), ("cholqr", 300, 3), ("cholqr", 2000, 1), ("cholqr", 2049, 2), ("cholqr", 4096, 2),
+          ("cholqr", 300, 300), ("cholqr", 1000, 80), ("cholqr", 1500, 40),
+          # the grid form past a cluster's rows: one part partial (8193 rows), many matrices, parts walking two chunks
+          ("cholqr_grid", 8193, 1), ("cholqr_grid", 9000, 40), ("cholqr_grid", 100000, 1)]
 
 
-@pytest.mark.parametrize("m,batch", CHOLQR, ids=str)
-def test_cholqr_panel_matches_lapack(m, batch):
-    """The CholeskyQR panel alone, on panels its guard passes: LAPACK's (H, tau) (the Householder reconstruction
+@pytest.mark.parametrize("kind,m,batch", CHOLQR, ids=str)
+def test_cholqr_panel_matches_lapack(kind, m, batch):
+    """A CholeskyQR panel alone, on panels its guard passes: LAPACK's (H, tau) (the Householder reconstruction
     chooses LAPACK's signs), V, and a T that rebuilds the same Q."""
     w = 32
     A = torch.randn(batch, m, w, device="cuda", dtype=torch.float64)
     A[:, :w, :] += m ** 0.5 * torch.eye(w, device="cuda", dtype=torch.float64)  # well separated: H is unique
     A = A.float()
-    H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
+    H, tau, V, T, flags = _panel(kind, A, with_flags=True)
     assert torch.all(flags == 1)
     ok, msg = check_implementation(A, (H, tau))
     assert ok, msg
@@ -132,24 +159,27 @@ def test_cholqr_panel_matches_lapack(m, batch):
     torch.testing.assert_close(H, Hr, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(tau, taur, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(V, torch.tril(H, -1) + torch.eye(m, w, device="cuda"), rtol=0, atol=0)
-    Q = torch.eye(m, device="cuda", dtype=torch.float64) - V.double() @ T.double() @ V.double().transpose(-1, -2)
-    torch.testing.assert_close(Q[..., :w], torch.linalg.householder_product(H, tau).double(), rtol=1e-4, atol=1e-4)
+    # Q's first w columns, I - V T V[:w]^T (m x w: a 100000-row panel's whole Q would not fit)
+    V64 = V.double()
+    Q = torch.eye(m, w, device="cuda", dtype=torch.float64) - V64 @ T.double() @ V64[..., :w, :].transpose(-1, -2)
+    torch.testing.assert_close(Q, torch.linalg.householder_product(H, tau).double(), rtol=1e-4, atol=1e-4)
     assert torch.all(torch.tril(T, -1) == 0)
 
 
-@pytest.mark.parametrize("copies", [1, 10], ids=["256_row_blocks", "512_row_blocks"])
-def test_cholqr_panel_leaves_what_its_guard_rejects(copies):
+@pytest.mark.parametrize("kind,m,copies", [("cholqr", 600, 1), ("cholqr", 600, 10), ("cholqr_grid", 9000, 1)],
+                         ids=["256_row_blocks", "512_row_blocks", "grid"])
+def test_cholqr_panel_leaves_what_its_guard_rejects(kind, m, copies):
     """A zero column, a NaN, an upper triangular panel (LAPACK's tau = 0): those matrices are left exactly as they were
     and flagged 0. Two equal columns are rejected or, where FP64 rounding left their Gram matrix positive definite and
     the second pass near I, factored correctly. The others are factored. Six matrices, or ten copies of them (60
-    clusters of 512-row blocks fit one wave where 256-row ones need two)."""
-    A = torch.randn(6, 600, 32, device="cuda")
+    clusters of 512-row blocks fit one wave where 256-row ones need two), and six in the grid form."""
+    A = torch.randn(6, m, 32, device="cuda")
     A[1, :, 3] = 0.0
     A[2, :, 7] = A[2, :, 6]
     A[3, 100, 9] = float("nan")
     A[4] = torch.triu(A[4])
     A = A.repeat(copies, 1, 1)
-    H, tau, V, T, flags = _panel("cholqr", A, with_flags=True)
+    H, tau, V, T, flags = _panel(kind, A, with_flags=True)
     flags = flags.tolist()
     for c in range(0, 6 * copies, 6):
         assert flags[c] == flags[c + 5] == 1 and flags[c + 1] == flags[c + 3] == flags[c + 4] == 0
@@ -195,12 +225,19 @@ def _update(V64, tau, T64, C, given_t=True):
     return expected
 
 
+# One block a matrix (a batch of at least the SMs, or too few rows to split) and rows split into parts (on an H200:
+# 4 for 5 x 1000, 16 for 2 x 4096, 13 of 320 rows for 2 x 4132, the last one partial).
 @pytest.mark.parametrize("batch, mr, w1, w2", [(3, 64, 32, 32), (2, 200, 32, 32), (5, 1000, 24, 16), (1, 33, 32, 1),
-                                              (4, 130, 16, 17), (2, 4096, 32, 32)])
+                                              (4, 130, 16, 17), (2, 4096, 32, 32), (2, 4132, 32, 32),
+                                              (200, 600, 32, 32)])
 def test_merge_t_matches_lapack(batch, mr, w1, w2):
     """T of [V1 V2] from its halves' T factors (T12 = -T1 V1^T V2 T2) against LAPACK's T of all w1 + w2 reflectors in
     FP64, with the halves' T factors given in FP32 with garbage below their diagonals (the merge reads only the upper
     triangles)."""
+    parts = _lib.qr2_test_merge_t_parts(batch, mr, w1, torch.cuda.current_device())
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    assert parts >= 1 and (parts > 1) == (batch < sms and mr - w1 > 256)
+    work = torch.full((batch * parts * 1024,), float("nan"), device="cuda")
     w = w1 + w2
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
     pad = torch.randn(batch, w, w, device="cuda", dtype=torch.float64).tril(-1)
@@ -214,7 +251,8 @@ def test_merge_t_matches_lapack(batch, mr, w1, w2):
     out = torch.full((batch, w * w), float("nan"), device="cuda")
     V = _column_major(V64.float())
     _check(_lib.qr2_test_merge_t(batch, mr, w1, w2, V.data_ptr(), t12[:, 0].data_ptr(), t12[:, 1].data_ptr(),
-                                 2 * t_bs, out.data_ptr(), w * w, _stream()))
+                                 2 * t_bs, out.data_ptr(), w * w, work.data_ptr(), torch.cuda.current_device(),
+                                 _stream()))
     T = out.reshape(batch, w, w).transpose(-1, -2).double()  # T[b][i][j] = T_ij
     assert torch.isfinite(T).all()
     assert torch.equal(T.tril(-1), torch.zeros_like(T))
@@ -243,6 +281,22 @@ def test_update_applies_q_transpose(batch, mr, w, nc, given_t, scale):
     assert err < max(1e-5, mr * 2.0 ** -24), err  # FP32's bound for dot products of length mr
 
 
+def _columns_of_many_magnitudes(batch, mr, nc, columns):
+    """C (column-major FP32) with entries in [-1, 1] and: alternate columns near 2^100 and 2^-70, an entry of 3.401e38
+    (just below FLT_MAX) in every third column, subnormal odd columns, or a NaN in column 7."""
+    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
+    if columns == "2^100_and_2^-70":
+        C64[..., 0::2] *= 2.0 ** 100
+        C64[..., 1::2] *= 2.0 ** -70
+    elif columns == "near_flt_max_and_1":
+        C64[..., 0, 0::3] = 3.401e38
+    elif columns == "subnormal_and_1":
+        C64[..., 1::2] *= 2.0 ** -130
+    else:
+        C64[..., 3, 7] = float("nan")
+    return _column_major(C64.float())
+
+
 @pytest.mark.parametrize("columns", ["2^100_and_2^-70", "near_flt_max_and_1", "subnormal_and_1"])
 # whole strips of 32 and 64 columns, and rows split over blocks
 @pytest.mark.parametrize("batch,mr,w,nc", [(100, 64, 32, 64), (150, 300, 64, 100), (3, 2000, 64, 2000),
@@ -252,15 +306,7 @@ def test_update_scales_each_column_on_its_own(batch, mr, w, nc, columns):
     2^100 and 2^-70, an entry of 3.401e38 (just below FLT_MAX) in a column next to columns near 1, subnormal columns
     next to normal ones. Each column of C <- Q^T C within FP32's bound relative to that column, and finite."""
     V64, tau, T64 = _reflectors64(torch.randn(batch, mr, w, device="cuda", dtype=torch.float64))
-    C64 = torch.rand(batch, mr, nc, device="cuda", dtype=torch.float64) * 2 - 1
-    if columns == "2^100_and_2^-70":
-        C64[..., 0::2] *= 2.0 ** 100
-        C64[..., 1::2] *= 2.0 ** -70
-    elif columns == "near_flt_max_and_1":
-        C64[..., 0, 0::3] = 3.401e38
-    else:
-        C64[..., 1::2] *= 2.0 ** -130
-    C = _column_major(C64.float())
+    C = _columns_of_many_magnitudes(batch, mr, nc, columns)
     expected = _update(V64, tau, T64, C)
     assert torch.isfinite(C).all()
     err = (C.double() - expected).abs().amax(dim=-2) / expected.abs().amax(dim=-2)

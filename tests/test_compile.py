@@ -1,4 +1,8 @@
 """The fake (meta) implementation, opcheck, torch.compile and CUDA-graph capture."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -135,17 +139,38 @@ def test_export_keeps_qr2s_operators(device):
         torch.testing.assert_close(got, want)
 
 
-def test_aot_inductor_package_runs_qr2s_operators(device, tmp_path):
+# Run in a process of its own: a crash inside the loaded package (torch's proxy executor calling qr2's operators) must
+# fail this test, not end the suite's process.
+_AOT_INDUCTOR_SCRIPT = """
+import sys, torch
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+import qr2_op
+from test_compile import _Decompositions
+device, path = sys.argv[1], sys.argv[2]
+model = _Decompositions()
+program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
+                              dynamic_shapes=({0: torch.export.Dim("batch")},))
+loaded = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(program, package_path=path))
+x = torch.randn(5, 8, 5, device=device)
+for got, want in zip(loaded(x), model(x)):
+    torch.testing.assert_close(got, want)
+print("matched")
+"""
+
+
+def test_aot_inductor_package_runs_qr2s_operators(device, tmp_path, request):
     """An AOTInductor package of that program (C++ compiled ahead of time, loaded back) calls qr2's operators through
-    torch's proxy executor and matches eager."""
-    model = _Decompositions()
-    program = torch.export.export(model, (torch.randn(3, 8, 5, device=device),),
-                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
-    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "model.pt2"))
-    loaded = torch._inductor.aoti_load_package(package)
-    x = torch.randn(5, 8, 5, device=device)
-    for got, want in zip(loaded(x), model(x)):
-        torch.testing.assert_close(got, want)
+    torch's proxy executor and matches eager. On CUDA the loaded package's call ends its process (README, known
+    issues): expected to fail there, strictly, so that a fix is noticed and this mark removed."""
+    if device == "cuda":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="AOTInductor's call of qr2's operators on CUDA "
+                                                                  "ends the process (README, known issues)"))
+    tests = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _AOT_INDUCTOR_SCRIPT, device,
+                        str(tmp_path / "model.pt2"), os.path.dirname(tests), tests],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("matched"), (r.returncode, r.stdout[-2000:],
+                                                                         r.stderr[-4000:])
 
 
 _AUTOCAST = {"cpu": torch.bfloat16, "cuda": torch.float16}

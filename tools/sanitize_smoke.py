@@ -33,7 +33,12 @@ FORCED = [("quad", 700, 32, 32), ("quad", 3, 13, 7), ("quad", 3, 5, 30), ("quad"
           ("blocked_nb32", 1, 9000, 40),  # the many-block tall panel
           ("blocked_cholqr_nb32", 2, 700, 700), ("blocked_cholqr_nb32", 40, 300, 300),  # CholeskyQR panels
           ("blocked_cholqr_nb32", 1, 2100, 300),  # 256-row blocks, 16-block clusters
-          ("blocked_cholqr_nb32", 4, 100, 100)]  # one block a panel (what racecheck can run, in time)
+          ("blocked_cholqr_nb32", 4, 100, 100),  # one block a panel (what racecheck can run, in time)
+          ("blocked_cholqr_nb32", 2, 9000, 70),  # the grid CholeskyQR panel past a cluster's rows (no cluster)
+          ("blocked_cholqr_nb32", 8, 9000, 40),  # parts walking two chunks (132 SMs: 33 parts, 36 chunks)
+          ("blocked_nb64", 2, 1100, 200),  # merge_t in parts, 3xTF32
+          ("blocked_nb32_lookahead", 2, 600, 600), ("blocked_nb64_lookahead", 2, 1100, 400),
+          ("blocked_cholqr_nb32_lookahead", 2, 1100, 400)]
 
 # exactly zero trailing columns (zero_tail_kernel, the panels and updates that skip them; the first update copies them
 # from a row-major input): route, batch, m, n, how many zero columns. Small batches where racecheck runs them (a batch
@@ -51,10 +56,11 @@ CLUSTER_ROUTES = ("registers_cluster2", "builder_cluster2", "builder_cluster3")
 
 
 def launches_clusters(route, batch, m, n):
-    if route == "blocked_cholqr_nb32":  # one block a panel only for panels of at most 126 rows, or 128 past a wave
-        return not (m <= 126 or (m <= 128 and batch >= 132))
-    if route in ("blocked_nb32", "blocked_nb64"):
-        return m > 512  # panel_cluster's clusters (register panels are one block)
+    if route.startswith("blocked_"):  # by the rows of each 32-column panel; past 8192 rows, grid and tall kinds
+        rows = [m - k for k in range(0, min(m, n), 32)]
+        if route.startswith("blocked_cholqr"):  # one block only for at most 126 rows, or 128 past a wave
+            return any(not (r <= 126 or (r <= 128 and batch >= 132)) and r <= 8192 for r in rows)
+        return any(512 < r <= 8192 for r in rows)  # panel_cluster's clusters (register panels are one block)
     return route.startswith(CLUSTER_ROUTES)
 
 
@@ -86,3 +92,14 @@ for call in calls:
     Q = torch.linalg.householder_product(H[..., :k], tau)
     err = (Q @ torch.triu(H)[..., :k, :] - A).abs().max().item()
     print(f"{batch}x{m}x{n} zeros={zeros} route={route or qr2_op.config_for(m, n)} max|QR-A|={err:.2e}", flush=True)
+
+# orgqr and ormqr (updates with rows split over blocks, and in whole strips)
+if only in "householder" and "--zero-tails" not in sys.argv:
+    for batch, m, n in [(2, 1024, 300), (16, 200, 200)]:
+        batch = batch if max_batch is None else min(batch, max_batch)
+        H, tau = torch.geqrf(torch.randn(batch, m, n, device="cuda"))
+        C = torch.randn(batch, m, 70, device="cuda")
+        Q, X = qr2_op.orgqr(H, tau), qr2_op.ormqr(H, tau, C, True, False)
+        torch.cuda.synchronize()
+        err = (Q.mT @ Q - torch.eye(n, device="cuda")).abs().max().item()
+        print(f"householder {batch}x{m}x{n} max|Q^T Q - I|={err:.2e} |QC|={X.norm().item():.3e}", flush=True)

@@ -272,6 +272,101 @@ __device__ void scale_lower(double* z, const double* inv, int t) {
     }
 }
 
+// 1. G1 (sm.g) into R~ (in place) and D, and R1^-1 = D^-1 R~^-1 into sm.r1inv; whether every pivot was positive and
+// finite (every thread, past a barrier).
+__device__ bool factor_g1(Small& sm, int warp, int lane) {
+    __shared__ int ok1;
+    if (warp == 0) {
+        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, &sm.progress[0], lane);
+        if (lane == 0) ok1 = ok;
+    } else if (warp == 1) {
+        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, &sm.progress[0], lane);
+        const double rd = 1.0 / sm.d[lane];  // d is in before the first step's release
+#pragma unroll
+        for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;  // row `lane` by 1 / d
+    }
+    __syncthreads();
+    return ok1 != 0;
+}
+
+// 3. Given G2 (sm.g2), Y's top block (sm.z), R~ and D (sm.g, sm.d) and whether the first Cholesky passed (ok1), on
+// every thread of the block: the guard, R2 where the first pass left Q short of orthogonal, the reconstruction and
+// N = R2^-1 U^-1 into sm.n (sm.ok and sm.second_pass say what happened; sm.r1inv then holds L^-T; x: scratch).
+__device__ void reconstruct(Small& sm, double* x, bool ok1, int t, int warp, int lane) {
+    __shared__ int near_identity, exact;
+    if (t == 0) near_identity = exact = 1;
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int i = (t + THREADS * u) / W, j = t % W;
+        const double dev = fabs(sm.g2[i * LD + j] - (i == j ? 1.0 : 0.0));
+        if (!(dev <= GUARD_G2)) near_identity = 0;
+        if (!(dev <= EXACT_G2)) exact = 0;
+    }
+    __syncthreads();
+    const bool second = !exact;
+    if (warp == 0) {
+        // a column already zero below its diagonal gets tau = 0 from LAPACK (H_c = I): a Householder panel's job
+        bool ok = ok1 && near_identity && sm.below_all == 0xffffffffu;
+        if (second) ok = warp_cholesky(sm.g2, false, nullptr, sm.inv, &sm.progress[1], lane) && ok;
+        if (lane == 0) sm.ok = ok, sm.second_pass = second;
+    } else if (warp == 1 && second) {
+        warp_upper_inverse(sm.g2, sm.r2inv, sm.inv, &sm.progress[1], lane);
+    }
+    __syncthreads();
+    if (sm.ok) {
+        if (second) {
+            times(sm.z, W, sm.r2inv, sm.z, warp, lane);  // Q's top block (warps 0-3); else Y's is Q's
+            __syncthreads();
+        }
+        if (warp == 0) warp_signed_lu(sm.z, sm.s, sm.inv, &sm.progress[2], lane);
+        if (warp == 1) warp_upper_inverse(sm.z, second ? x : sm.n, sm.inv, &sm.progress[2], lane);  // reads U only
+        if (warp == 2) warp_unit_lower_inverse(sm.z, sm.r1inv, sm.inv, &sm.progress[2], lane);  // L^-T, for T
+        __syncthreads();
+        scale_lower(sm.z, sm.inv, t);
+        if (second) times(sm.r2inv, 32, x, sm.n, warp, lane);  // N = R2^-1 U^-1
+        __syncthreads();
+    }
+}
+
+// After reconstruct: T = -U S L^-T (U on and above sm.z's diagonal, L^-T in sm.r1inv) into a.t and its diagonal into
+// a.tau, for matrix b (overwrites sm.r2inv and sm.n).
+__device__ void write_t(Small& sm, const qr2_panel_job& a, int64_t b, int t, int warp, int lane) {
+    for (int e = t; e < W * W; e += THREADS) {
+        const int i = e / W, k = e % W;
+        sm.r2inv[i * LD + k] = k >= i ? sm.z[i * LD + k] * sm.s[k] : 0.0;  // R2^-1 and N are done with
+    }
+    __syncthreads();
+    times(sm.r2inv, W, sm.r1inv, sm.n, warp, lane);
+    __syncthreads();
+    float* T = a.t + b * a.t_bs;
+    for (int e = t; e < W * W; e += THREADS) {  // T column-major, ld W
+        const int i = e % W, j = e / W;
+        const float tij = i <= j ? (float)-sm.n[i * LD + j] : 0.f;
+        T[j * W + i] = tij;
+        if (i == j) a.tau[b * a.tau_bs + j] = tij;
+    }
+}
+
+// After reconstruct: the panel's top 32 rows (R = R2 R~ D with S on its rows, L below it) and V's (zeros above row
+// a.v_row0, the unit diagonal, L), for matrix b (x: scratch).
+__device__ void write_top(Small& sm, const qr2_panel_job& a, int64_t b, double* x, int warp, int lane) {
+    float* panel = a.h + b * a.h_bs;
+    float* v = a.v + b * a.v_bs;
+    const bool second = sm.second_pass;
+    if (second) times(sm.g2, 32, sm.g, x, warp, lane);  // R2 R~ (both upper)
+    __syncthreads();
+    const double* r = second ? x : sm.g;
+    for (int c = warp; c < W; c += NWARPS) {
+        const int i = lane;
+        const float h = i <= c ? (float)(sm.s[i] * r[i * LD + c] * sm.d[c]) : (float)sm.z[i * LD + c];
+        panel[(int64_t)c * a.ldh + i] = h;
+        v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : h);
+    }
+    for (int c = warp; c < W; c += NWARPS)
+        for (int i = lane; i < a.v_row0; i += 32) v[(int64_t)c * a.ldv + i] = 0.f;
+}
+
 // BLOCK_ROWS: the rows a block holds at most.
 template <int BLOCK_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
@@ -329,17 +424,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
         if (lane == 0) sm.below_all = below;
     }
     cluster.sync();
-    __shared__ int ok1;
-    if (warp == 0) {
-        const bool ok = warp_cholesky(sm.g, true, sm.d, sm.inv, &sm.progress[0], lane);
-        if (lane == 0) ok1 = ok;
-    } else if (warp == 1) {
-        warp_upper_inverse(sm.g, sm.r1inv, sm.inv, &sm.progress[0], lane);
-        const double rd = 1.0 / sm.d[lane];  // d is in before the first step's release
-#pragma unroll
-        for (int i = 0; i < W; ++i) sm.r1inv[lane * LD + i] *= rd;  // row `lane` by 1 / d
-    }
-    __syncthreads();
+    const bool ok1 = factor_g1(sm, warp, lane);
 
     // 2. Y = P R1^-1 (and Y's top block from the panel's top rows) and its Gram matrix, summed into every block
     times(X, rows8, sm.r1inv, X, warp, lane);
@@ -352,42 +437,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
 
     // 3. every block, on the same bits: the guard, R2 where the first pass left Q short of orthogonal, the
     // reconstruction, N = R2^-1 U^-1 (computing them everywhere is quicker than sending N from one block)
-    {
-        __shared__ int near_identity, exact;
-        if (t == 0) near_identity = exact = 1;
-        __syncthreads();
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int i = (t + THREADS * u) / W, j = t % W;
-            const double dev = fabs(sm.g2[i * LD + j] - (i == j ? 1.0 : 0.0));
-            if (!(dev <= GUARD_G2)) near_identity = 0;
-            if (!(dev <= EXACT_G2)) exact = 0;
-        }
-        __syncthreads();
-        const bool second = !exact;
-        if (warp == 0) {
-            // a column already zero below its diagonal gets tau = 0 from LAPACK (H_c = I): a Householder panel's job
-            bool ok = ok1 && near_identity && sm.below_all == 0xffffffffu;
-            if (second) ok = warp_cholesky(sm.g2, false, nullptr, sm.inv, &sm.progress[1], lane) && ok;
-            if (lane == 0) sm.ok = ok, sm.second_pass = second;
-        } else if (warp == 1 && second) {
-            warp_upper_inverse(sm.g2, sm.r2inv, sm.inv, &sm.progress[1], lane);
-        }
-        __syncthreads();
-        if (sm.ok) {
-            if (second) {
-                times(sm.z, W, sm.r2inv, sm.z, warp, lane);  // Q's top block (warps 0-3); else Y's is Q's
-                __syncthreads();
-            }
-            if (warp == 0) warp_signed_lu(sm.z, sm.s, sm.inv, &sm.progress[2], lane);
-            if (warp == 1) warp_upper_inverse(sm.z, second ? x : sm.n, sm.inv, &sm.progress[2], lane);  // reads U only
-            if (warp == 2) warp_unit_lower_inverse(sm.z, sm.r1inv, sm.inv, &sm.progress[2], lane);  // L^-T, for T
-            __syncthreads();
-            scale_lower(sm.z, sm.inv, t);
-            if (second) times(sm.r2inv, 32, x, sm.n, warp, lane);  // N = R2^-1 U^-1
-            __syncthreads();
-        }
-    }
+    reconstruct(sm, x, ok1, t, warp, lane);
     const bool ok = sm.ok;
     if (q == 0 && t == 0) done[b] = ok;
     if (!ok) return;
@@ -403,37 +453,11 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
             panel[(int64_t)c * a.ldh + row0 + i] = y;
             v[(int64_t)c * a.ldv + a.v_row0 + row0 + i] = y;
         }
-    if (q == C - 1) {  // the last block: T = -U S L^-T (M = U S, U on and above z's diagonal) and tau
-        for (int e = t; e < W * W; e += THREADS) {
-            const int i = e / W, k = e % W;
-            sm.r2inv[i * LD + k] = k >= i ? sm.z[i * LD + k] * sm.s[k] : 0.0;  // R2^-1 and N are done with
-        }
-        __syncthreads();
-        times(sm.r2inv, W, sm.r1inv, sm.n, warp, lane);
-        __syncthreads();
-        float* T = a.t + b * a.t_bs;
-        for (int e = t; e < W * W; e += THREADS) {  // T column-major, ld W
-            const int i = e % W, j = e / W;
-            const float tij = i <= j ? (float)-sm.n[i * LD + j] : 0.f;
-            T[j * W + i] = tij;
-            if (i == j) a.tau[b * a.tau_bs + j] = tij;
-        }
-    }
+    if (q == C - 1) write_t(sm, a, b, t, warp, lane);  // the last block: T and tau
     if (q != 0) return;
 
-    // block 0: R = R2 R~ D with S on its rows, L below it; V's top block
-    const bool second = sm.second_pass;
-    if (second) times(sm.g2, 32, sm.g, x, warp, lane);  // R2 R~ (both upper)
-    __syncthreads();
-    const double* r = second ? x : sm.g;
-    for (int c = warp; c < W; c += NWARPS) {
-        const int i = lane;
-        const float h = i <= c ? (float)(sm.s[i] * r[i * LD + c] * sm.d[c]) : (float)sm.z[i * LD + c];
-        panel[(int64_t)c * a.ldh + i] = h;
-        v[(int64_t)c * a.ldv + a.v_row0 + i] = i < c ? 0.f : (i == c ? 1.f : h);
-    }
-    for (int c = warp; c < W; c += NWARPS)
-        for (int i = lane; i < a.v_row0; i += 32) v[(int64_t)c * a.ldv + i] = 0.f;
+    // block 0: R, L and V's top block
+    write_top(sm, a, b, x, warp, lane);
 }
 
 constexpr size_t smem_bytes(int block_rows) { return sizeof(double) * block_rows * LD + sizeof(Small); }
@@ -476,6 +500,203 @@ int launch(const qr2_panel_job* a, int* done, void* stream) {
     return qr2_launch(panel_cholqr_kernel<BLOCK_ROWS>, how, stream, "panel_cholqr launch", *a, done);
 }
 
+// ---- The grid form: panels taller than a cluster holds (one 32-column panel of m > GRID_MIN_ROWS rows a launch
+// chain). The same steps over ROWS-row blocks of the grid, with the panel read from global memory each time instead
+// of kept in shared memory, and the 32 x 32 steps on one block a matrix:
+//   grid_gram (blocks): partial G1 of each block's rows and which columns are non-zero below their diagonal there;
+//   grid_first (a block a matrix): G1 summed in the order of the blocks, R~, D, R1^-1, into the matrix's GridState;
+//   grid_gram again with R1^-1: partial G2 of Y = P R1^-1 (Y is not stored);
+//   grid_second (a block a matrix): G2 summed, then step 3 and T, tau, R, L and V's top block as the cluster form
+//     does them, and M = R1^-1 N; done[b];
+//   grid_v (blocks): V's rows below the top block, P M, into H and V.
+// Why: past a cluster's rows the Householder panel is the tall kind, a launch a reflector (about 0.85 ms a 32-column
+// panel of 100000 rows); this is five launches whatever the height.
+constexpr int GRID_MIN_ROWS = 8192;  // up to this the cluster panel holds the rows (panel_cluster.cu)
+
+struct GridState {
+    double g[W * LD];      // R~
+    double r1inv[W * LD];  // R1^-1
+    double m[W * LD];      // M = R1^-1 N
+    double d[W];
+    int ok1;
+    unsigned below_all;
+};
+
+// The rows [row0, row0 + rows) of matrix b's panel into X as FP64, zeros to the next multiple of 8; the columns with a
+// non-zero entry below their diagonal there, as bits (NaN counts as non-zero), returned to every thread.
+__device__ unsigned load_rows(double* X, const float* panel, int64_t ldh, int row0, int rows, int t, int warp,
+                              int lane) {
+    __shared__ unsigned below;
+    if (t == 0) below = 0u;
+    __syncthreads();
+    const int rows8 = (rows + 7) & ~7;
+    unsigned mine = 0u;
+    for (int c = warp; c < W; c += NWARPS)
+        for (int i = lane; i < rows8; i += 32) {
+            const float x = i < rows ? panel[(int64_t)c * ldh + row0 + i] : 0.f;
+            X[i * LD + c] = (double)x;
+            if (x != 0.f && row0 + i > c) mine |= 1u << c;
+        }
+    mine = __reduce_or_sync(FULL, mine);
+    if (lane == 0 && mine) atomicOr(&below, mine);
+    __syncthreads();
+    return below;
+}
+
+// Block x: matrix x / parts, the ROWS-row chunks x % parts, + parts, ... of its panel. The sum of their Gram
+// matrices (in the order of the chunks) of the panel's rows (first pass: state NULL) or of Y = P R1^-1 (second pass)
+// into partial[x W W], and (first pass) their below bits into below[x].
+__global__ void __launch_bounds__(THREADS) grid_gram_kernel(qr2_panel_job a, int parts, const GridState* state,
+                                                           double* partial, unsigned* below) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* X = reinterpret_cast<double*>(smem);  // ROWS x LD
+    double* B = X + ROWS * LD;                    // R1^-1, W x LD
+    double* G = B + W * LD;                       // a chunk's Gram matrix, W x W
+    const int64_t b = blockIdx.x / parts;
+    const int part = (int)(blockIdx.x - b * parts), t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    if (state) {
+        for (int e = t; e < W * LD; e += THREADS) B[e] = state[b].r1inv[e];
+    }
+    double sum[W * W / THREADS] = {};
+    unsigned bits = 0u;
+    for (int64_t next = (int64_t)part * ROWS; next < a.m; next += (int64_t)parts * ROWS) {  // no overflow near 2^31
+        const int row0 = (int)next, rows = min(a.m - row0, ROWS), rows8 = (rows + 7) & ~7;
+        bits |= load_rows(X, a.h + b * a.h_bs, a.ldh, row0, rows, t, warp, lane);  // ends in a barrier
+        if (state) {
+            times(X, rows8, B, X, warp, lane);
+            __syncthreads();
+        }
+        gram(X, rows8, G, warp, lane);
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < W * W / THREADS; ++u) sum[u] += G[t + THREADS * u];
+    }
+    double* out = partial + (int64_t)blockIdx.x * W * W;
+#pragma unroll
+    for (int u = 0; u < W * W / THREADS; ++u) out[t + THREADS * u] = sum[u];
+    if (!state && t == 0) below[blockIdx.x] = bits;
+}
+
+// The sum of matrix b's partial Gram matrices, in the order of the parts, into dst (ld LD): a thread's four entries
+// of SUM_AHEAD parts loaded together before they are added (one block reads them all).
+constexpr int SUM_AHEAD = 8;
+__device__ void sum_parts(const double* partial, int64_t b, int parts, double* dst, int t) {
+    constexpr int PER = W * W / THREADS;
+    const double* p = partial + b * parts * W * W + t;
+    double sum[PER] = {};
+    for (int q0 = 0; q0 < parts; q0 += SUM_AHEAD) {
+        double x[SUM_AHEAD][PER];
+#pragma unroll
+        for (int k = 0; k < SUM_AHEAD; ++k)
+#pragma unroll
+            for (int u = 0; u < PER; ++u) x[k][u] = q0 + k < parts ? p[(int64_t)(q0 + k) * W * W + THREADS * u] : 0.0;
+#pragma unroll
+        for (int k = 0; k < SUM_AHEAD; ++k)
+#pragma unroll
+            for (int u = 0; u < PER; ++u)
+                if (q0 + k < parts) sum[u] += x[k][u];
+    }
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+        const int e = t + THREADS * u;
+        dst[(e / W) * LD + e % W] = sum[u];
+    }
+}
+
+__global__ void __launch_bounds__(THREADS, 1) grid_first_kernel(int parts, const double* partial,
+                                                                const unsigned* below, GridState* state) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    extern __shared__ __align__(16) unsigned char smem[];
+    Small& sm = *reinterpret_cast<Small*>(smem);
+    const int64_t b = blockIdx.x;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    if (t == 0) sm.progress[0] = 0u;
+    sum_parts(partial, b, parts, sm.g, t);
+    if (warp == 0) {
+        unsigned bits = 0u;
+        for (int q = lane; q < parts; q += 32) bits |= below[b * parts + q];
+        bits = __reduce_or_sync(FULL, bits);
+        if (lane == 0) state[b].below_all = bits;
+    }
+    __syncthreads();
+    const bool ok1 = factor_g1(sm, warp, lane);
+    GridState& out = state[b];
+    for (int e = t; e < W * LD; e += THREADS) out.g[e] = sm.g[e], out.r1inv[e] = sm.r1inv[e];
+    if (t < W) out.d[t] = sm.d[t];
+    if (t == 0) out.ok1 = ok1;
+}
+
+__global__ void __launch_bounds__(THREADS, 1) grid_second_kernel(qr2_panel_job a, int parts, const double* partial,
+                                                                 GridState* state, int* done) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    extern __shared__ __align__(16) unsigned char smem[];
+    Small& sm = *reinterpret_cast<Small*>(smem);
+    double* x = sm.part[0];  // scratch
+    const int64_t b = blockIdx.x;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    GridState& st = state[b];
+    const float* panel = a.h + b * a.h_bs;
+    if (t == 0) sm.progress[1] = sm.progress[2] = 0u, sm.below_all = st.below_all;
+    sum_parts(partial, b, parts, sm.g2, t);
+    for (int e = t; e < W * LD; e += THREADS) sm.g[e] = st.g[e], sm.r1inv[e] = st.r1inv[e];
+    if (t < W) sm.d[t] = st.d[t];
+    for (int e = t; e < W * W; e += THREADS) sm.z[(e % W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W];
+    __syncthreads();
+    times(sm.z, W, sm.r1inv, sm.z, warp, lane);  // Y's top block
+    __syncthreads();
+    reconstruct(sm, x, st.ok1 != 0, t, warp, lane);
+    const bool ok = sm.ok;
+    if (t == 0) done[b] = ok;
+    if (!ok) return;
+    // M = R1^-1 N for grid_v (sm.r1inv holds L^-T now: R1^-1 again from the state)
+    for (int e = t; e < W * LD; e += THREADS) sm.r2inv[e] = st.r1inv[e];
+    __syncthreads();
+    times(sm.r2inv, W, sm.n, x, warp, lane);
+    __syncthreads();
+    for (int e = t; e < W * LD; e += THREADS) st.m[e] = x[e];
+    __syncthreads();
+    write_t(sm, a, b, t, warp, lane);
+    __syncthreads();
+    write_top(sm, a, b, x, warp, lane);
+}
+
+// Block x: matrix x / parts, rows ROWS (x % parts) .. + ROWS: V's rows below the panel's top 32, P M, into H and V
+// (matrices done[b] == 1 only).
+__global__ void __launch_bounds__(THREADS) grid_v_kernel(qr2_panel_job a, int parts, const GridState* state,
+                                                        const int* done) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* X = reinterpret_cast<double*>(smem);
+    double* B = X + ROWS * LD;
+    const int64_t b = blockIdx.x / parts;
+    if (!done[b]) return;
+    const int part = (int)(blockIdx.x - b * parts), t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int row0 = part * ROWS, rows = min(a.m - row0, ROWS), rows8 = (rows + 7) & ~7;
+    float* panel = a.h + b * a.h_bs;
+    load_rows(X, panel, a.ldh, row0, rows, t, warp, lane);
+    for (int e = t; e < W * LD; e += THREADS) B[e] = state[b].m[e];
+    __syncthreads();
+    times(X, rows8, B, X, warp, lane);  // rows of the top block too; those stay as grid_second wrote them
+    __syncthreads();
+    float* v = a.v + b * a.v_bs;
+    const int first = row0 == 0 ? W : 0;
+    for (int c = warp; c < W; c += NWARPS)
+        for (int i = first + lane; i < rows; i += 32) {
+            const float y = (float)X[i * LD + c];
+            panel[(int64_t)c * a.ldh + row0 + i] = y;
+            v[(int64_t)c * a.ldv + a.v_row0 + row0 + i] = y;
+        }
+}
+
+// Blocks a matrix for the grid passes: every 256-row chunk its own while the chunks fit two waves of blocks (two an SM),
+// else two waves' worth, each walking several chunks (fewer partials for the one block a matrix that sums them).
+int grid_parts(int64_t m, int64_t batch, const qr2_device* dev) {
+    const int64_t chunks = (m + ROWS - 1) / ROWS, wave = (2 * (int64_t)dev->sms + batch - 1) / batch;
+    return (int)(chunks < wave ? chunks : wave > 1 ? wave : 1);
+}
+constexpr size_t grid_rows_smem() { return sizeof(double) * ((ROWS + W) * LD + W * W); }
+
 }  // namespace
 
 extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
@@ -490,4 +711,52 @@ extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2
     // than half of them each
     if (block_rows_for(a->batch, a->m, dev) == WIDE_ROWS) return launch<WIDE_ROWS>(a, done, stream);
     return launch<ROWS>(a, done, stream);
+}
+
+// The grid form's workspace: per matrix its parts' partial Gram matrices and below bits, and its GridState.
+extern "C" int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
+    const int64_t parts = grid_parts(m, batch, dev);
+    const int64_t bytes = batch * (parts * (W * W * (int64_t)sizeof(double) + (int64_t)sizeof(unsigned)) +
+                                   (int64_t)sizeof(GridState)) + 64;
+    return (bytes + 3) / 4;
+}
+
+extern "C" int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev) {
+    return w == W && m > GRID_MIN_ROWS && m <= INT_MAX && sizeof(Small) <= (size_t)dev->smem_optin &&
+           grid_rows_smem() <= (size_t)dev->smem_optin;
+}
+
+extern "C" int qr2_panel_cholqr_grid_run(const qr2_panel_job* a, int* done, void* work, const qr2_device* dev,
+                                         void* stream) {
+    if (a->batch <= 0) return 0;
+    if (!qr2_panel_cholqr_grid_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr_grid", "panel shape not held");
+    const int parts = grid_parts(a->m, a->batch, dev);
+    if (a->batch > INT_MAX / parts) return qr2_record_error("panel_cholqr_grid", "more than 2^31 - 1 thread blocks");
+    // work: the partials (doubles), then the below bits, then the states (8-byte aligned)
+    double* partial = static_cast<double*>(work);
+    unsigned* below = reinterpret_cast<unsigned*>(partial + a->batch * parts * W * W);
+    const uintptr_t after = reinterpret_cast<uintptr_t>(below + a->batch * parts);
+    GridState* state = reinterpret_cast<GridState*>((after + 15) / 16 * 16);
+    Qr2Launch rows, one;
+    rows.pdl = one.pdl = true;  // every kernel starts with qr2_follow_previous_kernel
+    rows.grid = dim3((unsigned)(a->batch * parts));
+    rows.block = one.block = dim3(THREADS);
+    rows.smem = rows.smem_limit = grid_rows_smem();
+    one.grid = dim3((unsigned)a->batch);
+    const int chunks = (int)((a->m + ROWS - 1) / ROWS);  // grid_v: a block a chunk
+    if (a->batch > INT_MAX / chunks) return qr2_record_error("panel_cholqr_grid", "more than 2^31 - 1 thread blocks");
+    Qr2Launch vrows = rows;
+    vrows.grid = dim3((unsigned)(a->batch * chunks));
+    one.smem = one.smem_limit = sizeof(Small);
+    const GridState* none = nullptr;
+    return qr2_launch(grid_gram_kernel, rows, stream, "panel_cholqr_grid gram launch", *a, parts, none, partial,
+                      below) ||
+           qr2_launch(grid_first_kernel, one, stream, "panel_cholqr_grid first launch", parts,
+                      (const double*)partial, (const unsigned*)below, state) ||
+           qr2_launch(grid_gram_kernel, rows, stream, "panel_cholqr_grid gram launch", *a, parts,
+                      (const GridState*)state, partial, below) ||
+           qr2_launch(grid_second_kernel, one, stream, "panel_cholqr_grid second launch", *a, parts,
+                      (const double*)partial, state, done) ||
+           qr2_launch(grid_v_kernel, vrows, stream, "panel_cholqr_grid v launch", *a, chunks,
+                      (const GridState*)state, (const int*)done);
 }

@@ -17,7 +17,9 @@
 
 #include "launch.cuh"
 #include "reduce.cuh"
+#include "copies.cuh"
 #include "tf32x3.cuh"
+#include "update.cuh"
 
 #include <atomic>
 #include <type_traits>
@@ -158,10 +160,11 @@ __global__ void __launch_bounds__(T_THREADS) larft_from_gram_kernel(const float*
     for (int idx = tid; idx < w * w; idx += blockDim.x) T[idx] = Ts[idx];
 }
 
-// T of V = [V1 V2] from the T factors of its halves, one matrix per block: T12 = -T1 (V1^T V2) T2 (LAPACK slarft's
-// recurrence, as larft_from_gram_kernel applies it at every level), with V1^T V2 summed in FP32 over the rows from w1
-// down (V2 is zero above its row w1). Where both halves' panel kernels built their T, this replaces the Gram GEMM and
-// the whole recursive build of a 64-wide T.
+// T of V = [V1 V2] from the T factors of its halves: T12 = -T1 (V1^T V2) T2 (LAPACK slarft's recurrence, as
+// larft_from_gram_kernel applies it at every level), with V1^T V2 summed in FP32 over the rows from w1 down (V2 is
+// zero above its row w1). Where both halves' panel kernels built their T, this replaces the Gram matrix and the whole
+// recursive build of a 64-wide T. One block a matrix while the batch fills the GPU; fewer matrices split the rows into
+// parts (gram_parts), whose X = V1^T V2 partials merge_t_finish_kernel adds in order before the products.
 // V1^T V2: four groups of 64 threads take a quarter of each staged chunk's rows; a thread sums a 4 x 4 tile of X
 // (rows ti + 8p, columns tj + 8q) from 16-byte shared loads, 8 loads per 64 FMAs (one load per FMA, with a thread per
 // four entries, ran 62 us a launch at 640 x 512 x 512: bound by shared loads). The groups' tiles are summed in order.
@@ -176,35 +179,79 @@ static_assert(MERGE_THREADS == 256 && MERGE_H == 32 && MERGE_ROWS % (4 * MERGE_G
 static_assert(MERGE_LD % 4 == 0, "16-byte loads of the staged columns");
 static_assert(MERGE_GROUPS * MERGE_H * (MERGE_H + 1) <= 2 * MERGE_H * MERGE_LD, "the groups' tiles fit the stage");
 
-__global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, int w2, const float* v, int64_t ldv,
-                                                               int64_t v_bs, const float* t1, const float* t2,
-                                                               int64_t t_bs, float* t, int64_t out_bs) {
+struct MergeSmem {
+    float X[MERGE_H][MERGE_H + 1];
+    float T1s[MERGE_H][MERGE_H + 1];
+    float T2s[MERGE_H][MERGE_H + 1];
+};
+
+// The halves' upper triangles into shared memory, zeros elsewhere.
+__device__ void merge_load_halves(MergeSmem& S, int w1, int w2, const float* t1, const float* t2) {
+    for (int idx = threadIdx.x; idx < MERGE_H * MERGE_H; idx += MERGE_THREADS) {
+        const int r = idx % MERGE_H, c = idx / MERGE_H;
+        S.T1s[r][c] = r <= c && c < w1 ? t1[r + c * w1] : 0.f;
+        S.T2s[r][c] = r <= c && c < w2 ? t2[r + c * w2] : 0.f;
+    }
+}
+
+// With X = V1^T V2 and the halves in S (all threads past a barrier): T = [T1, -T1 X T2; 0, T2] into t, ld w1 + w2.
+// Thread (i, j0) holds the entries (i, j0 + 8 e) of each product.
+__device__ void merge_finish(MergeSmem& S, int w1, int w2, float* t) {
+    const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
+    float acc[MERGE_PER];
+    // Y = X T2 (T2 upper triangular: l <= j), in place once every thread has its entries
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        const int j = j0 + 8 * e;
+        float y = 0.f;
+        for (int l = 0; l <= j; ++l) y = fmaf(S.X[i][l], S.T2s[l][j], y);
+        acc[e] = y;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) S.X[i][j0 + 8 * e] = acc[e];
+    __syncthreads();
+    // T12 = -T1 Y (T1 upper triangular: l >= i), then T = [T1 T12; 0 T2], ld w1 + w2
+    const int w = w1 + w2;
+#pragma unroll
+    for (int e = 0; e < MERGE_PER; ++e) {
+        const int j = j0 + 8 * e;
+        float s = 0.f;
+        for (int l = i; l < MERGE_H; ++l) s = fmaf(S.T1s[i][l], S.X[l][j], s);
+        if (i < w1 && j < w2) t[i + (int64_t)(w1 + j) * w] = -s;
+    }
+    for (int idx = tid; idx < w * w; idx += MERGE_THREADS) {
+        const int r = idx % w, c = idx / w;
+        if (r < w1 && c >= w1) continue;  // T12, above
+        t[idx] = r < w1 ? S.T1s[r][c] : c >= w1 ? S.T2s[r - w1][c - w1] : 0.f;
+    }
+}
+
+// Block x: matrix x / parts, rows w1 + (x % parts) split_rows .. + split_rows. One part: all of T; more: this part's
+// X into xpart[(b parts + part) 1024 + i + 32 j].
+__global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int parts, int split_rows, int mr, int w1, int w2,
+                                                               const float* v, int64_t ldv, int64_t v_bs,
+                                                               const float* t1, const float* t2, int64_t t_bs,
+                                                               float* t, int64_t out_bs, float* xpart) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     __shared__ __align__(16) float stage[2 * MERGE_H * MERGE_LD];  // V1 then V2, column c at c MERGE_LD; then partials
-    __shared__ float X[MERGE_H][MERGE_H + 1];
-    __shared__ float T1s[MERGE_H][MERGE_H + 1];
-    __shared__ float T2s[MERGE_H][MERGE_H + 1];
+    __shared__ MergeSmem S;
     float* V1s = stage;
     float* V2s = stage + MERGE_H * MERGE_LD;
-    const int64_t b = blockIdx.x;
+    const int64_t b = blockIdx.x / parts;
+    const int part = (int)(blockIdx.x - b * parts);
     const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
     const int ti = tid & 7, tj = (tid >> 3) & 7, group = tid >> 6;
+    const int r_begin = w1 + part * split_rows, r_end = min(mr, r_begin + split_rows);
     v += b * v_bs;
-    t1 += b * t_bs;
-    t2 += b * t_bs;
-    t += b * out_bs;
-    for (int idx = tid; idx < MERGE_H * MERGE_H; idx += MERGE_THREADS) {  // upper triangles, zeros elsewhere
-        const int r = idx % MERGE_H, c = idx / MERGE_H;
-        T1s[r][c] = r <= c && c < w1 ? t1[r + c * w1] : 0.f;
-        T2s[r][c] = r <= c && c < w2 ? t2[r + c * w2] : 0.f;
-    }
+    if (parts == 1) merge_load_halves(S, w1, w2, t1 + b * t_bs, t2 + b * t_bs);
     float tile[4][4] = {};
-    for (int r0 = w1; r0 < mr; r0 += MERGE_ROWS) {
+    for (int r0 = r_begin; r0 < r_end; r0 += MERGE_ROWS) {
         __syncthreads();
         for (int idx = tid; idx < MERGE_ROWS * MERGE_H; idx += MERGE_THREADS) {  // a warp reads 32 rows of a column
             const int r = idx % MERGE_ROWS, c = idx / MERGE_ROWS, row = r0 + r;
-            V1s[c * MERGE_LD + r] = row < mr && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
-            V2s[c * MERGE_LD + r] = row < mr && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
+            V1s[c * MERGE_LD + r] = row < r_end && c < w1 ? v[row + (int64_t)c * ldv] : 0.f;
+            V2s[c * MERGE_LD + r] = row < r_end && c < w2 ? v[row + (int64_t)(w1 + c) * ldv] : 0.f;
         }
         __syncthreads();
 #pragma unroll
@@ -229,48 +276,58 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_t_kernel(int mr, int w1, 
         }
     }
     __syncthreads();
-    float* part = stage;  // the groups' tiles, (MERGE_H + 1)-strided
+    float* partial = stage;  // the groups' tiles, (MERGE_H + 1)-strided
 #pragma unroll
     for (int p = 0; p < 4; ++p)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) part[(group * MERGE_H + ti + 8 * p) * (MERGE_H + 1) + tj + 8 * q] = tile[p][q];
+        for (int q = 0; q < 4; ++q) partial[(group * MERGE_H + ti + 8 * p) * (MERGE_H + 1) + tj + 8 * q] = tile[p][q];
     __syncthreads();
     float acc[MERGE_PER];
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) {
         float s = 0.f;
-        for (int g = 0; g < MERGE_GROUPS; ++g) s += part[(g * MERGE_H + i) * (MERGE_H + 1) + j0 + 8 * e];
+        for (int g = 0; g < MERGE_GROUPS; ++g) s += partial[(g * MERGE_H + i) * (MERGE_H + 1) + j0 + 8 * e];
         acc[e] = s;
     }
+    if (parts > 1) {
+        float* x = xpart + (b * parts + part) * (MERGE_H * MERGE_H) + i;
 #pragma unroll
-    for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
-    __syncthreads();
-    // Y = X T2 (T2 upper triangular: l <= j), in place once every thread has its entries
-#pragma unroll
-    for (int e = 0; e < MERGE_PER; ++e) {
-        const int j = j0 + 8 * e;
-        float y = 0.f;
-        for (int l = 0; l <= j; ++l) y = fmaf(X[i][l], T2s[l][j], y);
-        acc[e] = y;
+        for (int e = 0; e < MERGE_PER; ++e) x[(j0 + 8 * e) * MERGE_H] = acc[e];
+        return;
     }
-    __syncthreads();
 #pragma unroll
-    for (int e = 0; e < MERGE_PER; ++e) X[i][j0 + 8 * e] = acc[e];
+    for (int e = 0; e < MERGE_PER; ++e) S.X[i][j0 + 8 * e] = acc[e];
     __syncthreads();
-    // T12 = -T1 Y (T1 upper triangular: l >= i), then T = [T1 T12; 0 T2], ld w1 + w2
-    const int w = w1 + w2;
+    merge_finish(S, w1, w2, t + b * out_bs);
+}
+
+// Parts of merge_t's rows w1 .. mr and their rows (a multiple of MERGE_ROWS): at most gram_parts' (the split region
+// holds that many), and none empty.
+int merge_parts(int64_t batch, int mr, int w1, const qr2_device* dev, int* split_rows) {
+    const int rows = mr - w1 > 0 ? mr - w1 : 0, most = gram_parts(batch, rows, dev);
+    *split_rows = ((rows + most - 1) / most + MERGE_ROWS - 1) / MERGE_ROWS * MERGE_ROWS;
+    const int parts = rows > 0 ? (rows + *split_rows - 1) / *split_rows : 1;
+    return parts < 1 ? 1 : parts;
+}
+
+// T from merge_t_kernel's partial X's of each matrix (block x: matrix x), added in the order of the parts.
+__global__ void __launch_bounds__(MERGE_THREADS) merge_t_finish_kernel(int parts, int w1, int w2, const float* xpart,
+                                                                      const float* t1, const float* t2, int64_t t_bs,
+                                                                      float* t, int64_t out_bs) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    __shared__ MergeSmem S;
+    const int64_t b = blockIdx.x;
+    const int tid = threadIdx.x, i = tid & 31, j0 = tid >> 5;
+    merge_load_halves(S, w1, w2, t1 + b * t_bs, t2 + b * t_bs);
+    const float* x = xpart + b * parts * (MERGE_H * MERGE_H) + i;
 #pragma unroll
     for (int e = 0; e < MERGE_PER; ++e) {
-        const int j = j0 + 8 * e;
         float s = 0.f;
-        for (int l = i; l < MERGE_H; ++l) s = fmaf(T1s[i][l], X[l][j], s);
-        if (i < w1 && j < w2) t[i + (int64_t)(w1 + j) * w] = -s;
+        for (int part = 0; part < parts; ++part) s += x[part * (MERGE_H * MERGE_H) + (j0 + 8 * e) * MERGE_H];
+        S.X[i][j0 + 8 * e] = s;
     }
-    for (int idx = tid; idx < w * w; idx += MERGE_THREADS) {
-        const int r = idx % w, c = idx / w;
-        if (r < w1 && c >= w1) continue;  // T12, above
-        t[idx] = r < w1 ? T1s[r][c] : c >= w1 ? T2s[r - w1][c - w1] : 0.f;
-    }
+    __syncthreads();
+    merge_finish(S, w1, w2, t + b * out_bs);
 }
 
 int check_cublas(cublasStatus_t st, const char* what) {
@@ -308,21 +365,6 @@ int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, in
 __device__ __forceinline__ int chunk_swizzle(int c) { return ((c & 3) << 3) | (c & 4); }
 __device__ __forceinline__ int chunk_at(int r, int c) { return c * KC + (r ^ chunk_swizzle(c)); }
 
-// Asynchronous copies global -> shared of 16 or 4 bytes; src_ok false writes zeros and reads nothing.
-template <int BYTES>
-__device__ __forceinline__ void copy_async(float* dst, const float* src, bool src_ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 16 : 0));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_ok ? 4 : 0));
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int PENDING>
-__device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING));
-}
-
 template <int WMAX, int NT>
 struct WyUpdateShape {
     static constexpr int LDW = WMAX + 4;            // ld of T and W in shared memory: 4 mod 32, conflict-free
@@ -334,31 +376,6 @@ struct WyUpdateShape {
     static constexpr int floats = STAGES * stage + NT * LDW;
     static_assert(WMAX * LDW <= STAGES * stage, "T is kept where the chunks were");
     static_assert(WARPS_J * (KC / (8 * NI3)) == UPDATE_THREADS / 32, "C's chunk is shared out among all warps");
-};
-
-// What one launch of wy_update_kernel does. whole: all of the update for a block's strip. Where strips alone leave
-// SMs idle (a few large matrices), the rows are split over blocks in three launches: partial_w (W_s = V_s^T C_s over
-// a block's rows, stored with a power-of-two scale per column), wy_reduce_kernel (W' = -T^T sum_s W_s, each column
-// normalised by a power of two 2^-E_j), apply (C_s += V_s W' 2^E over a block's rows).
-enum class WyPart { whole, partial_w, apply };
-
-// Where the split update keeps its partial W's, their scales, W' and its scales: for item (matrix, strip) =
-// b strips + strip and split s, W_s at part + (item splits + s) WMAX NT (W(k, j) at j WMAX + k), the scale exponent
-// of its column j at scale[(item splits + s) NT + j] (SCALE_ZERO: the column is exactly zero); W' at
-// wq + item WMAX NT, the exponent of its column j at e_of[item NT + j]. NT = 64 wherever rows are split.
-struct WySplitWork {
-    float* part;
-    int* scale;
-    float* wq;
-    int* e_of;
-};
-
-// Matrix b's columns of C from zero_from[b] - col0 on are exactly zero (qr2_update_args), or zero_from is null: the
-// update leaves their strips alone, since Q^T keeps a zero column zero.
-struct WyTail {
-    const int* zero_from;
-    int col0;
-    __device__ bool zero(int64_t b, int j0) const { return zero_from && col0 + j0 >= zero_from[b]; }
 };
 
 // C_strip -= V (T^T (V^T C_strip)) for the NT-column strip of each block (PART says which share of it).
@@ -396,20 +413,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     if constexpr (FROM) cf += b * cf_bs + j0 + (int64_t)r0 * cf_rs;
     const int ncs = min(NT, nc - j0);
     if (tail.zero(b, j0)) {  // a strip of zeros: from a row-major source, copied as it is (-0 stays -0)
-        if constexpr (FROM) {
-            // 32 x 32 tiles through shared memory: rows read along the source's rows, columns written along C's
-            float(*tile)[33] = reinterpret_cast<float(*)[33]>(smem4);
-            const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-            for (int i0 = 0; i0 < mr; i0 += 32)
-                for (int jt = 0; jt < ncs; jt += 32) {
-                    for (int i = ty; i < 32; i += UPDATE_THREADS / 32)
-                        if (i0 + i < mr && jt + tx < ncs) tile[i][tx] = cf[(int64_t)(i0 + i) * cf_rs + jt + tx];
-                    __syncthreads();
-                    for (int j = ty; j < 32; j += UPDATE_THREADS / 32)
-                        if (jt + j < ncs && i0 + tx < mr) c[(int64_t)(jt + j) * ldc + i0 + tx] = tile[tx][j];
-                    __syncthreads();
-                }
-        }
+        if constexpr (FROM) copy_strip_from_rows(reinterpret_cast<float(*)[33]>(smem4), cf, cf_rs, c, ldc, mr, ncs);
         return;
     }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -422,24 +426,16 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
     const float* cp = c + lr + lc * ldc;
     const int64_t vstep = 16 * ldv, cstep = 16 * ldc;
     const int chunks = (mr + KC - 1) / KC;
-    // FROM: lane (fr, fc) of a warp copies rows 4 i + fr, columns fc + 32 h of a chunk, one float each, so that a warp
-    // reads four 32-byte pieces of rows and writes 32 distinct banks (the swizzle sets columns fc's rows 8 apart).
-    const int fr = lane >> 3, fc = 8 * warp + (lane & 7);
+    // FROM: a chunk of the row-major source by copy_chunk_from_rows (the swizzle puts adjacent columns' rows 8 apart,
+    // so a warp's copies write 32 distinct banks)
     static_assert(!FROM || UPDATE_THREADS == 128, "four warps of 8 columns cover 32 columns of a chunk");
-    auto issue = [&](int ch) {  // chunk ch into its stage, or an empty group past the end
+    auto issue = [&](int ch, int slot) {  // chunk ch into stage slot % STAGES, or an empty group past the end
         if (ch < chunks) {
-            float* st = sm + (ch % STAGES) * S::stage;
+            float* st = sm + (slot % STAGES) * S::stage;
             const int r0 = ch * KC + lr;
-            if constexpr (FROM) {
-#pragma unroll
-                for (int i = 0; i < KC / 4; ++i)
-#pragma unroll
-                    for (int h = 0; h < NT / 32; ++h) {
-                        const int r = 4 * i + fr, col = fc + 32 * h, row = ch * KC + r;
-                        const bool ok = row < mr && col < ncs;
-                        copy_async<4>(st + KC * WMAX + chunk_at(r, col), ok ? cf + row * cf_rs + col : cf, ok);
-                    }
-            }
+            if constexpr (FROM)
+                copy_chunk_from_rows<KC, NT>(st + KC * WMAX, [](int r, int col) { return chunk_at(r, col); }, cf,
+                                             cf_rs, ch * KC, mr, ncs);
             if (VEC && (ch + 1) * KC <= mr && w == WMAX && ncs == NT) {  // all of the chunk: no predicates
 #pragma unroll
                 for (int i = 0; i < WMAX / 16; ++i)
@@ -472,16 +468,17 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
         }
         copy_async_commit();
     };
-    // body(ch, V chunk, C chunk) for every chunk as it arrives
-    auto stream_chunks = [&](auto&& body) {
+    // body(ch, V chunk, C chunk) for every chunk as it arrives, first to last or (backward) last to first
+    auto stream_chunks = [&](bool backward, auto&& body) {
+        auto at = [&](int i) { return backward && i < chunks ? chunks - 1 - i : i; };
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) issue(s);
-        for (int ch = 0; ch < chunks; ++ch) {
+        for (int s = 0; s < STAGES - 1; ++s) issue(at(s), s);
+        for (int i = 0; i < chunks; ++i) {
             copy_async_wait<STAGES - 2>();
             __syncthreads();
-            issue(ch + STAGES - 1);
-            const float* Vc = sm + (ch % STAGES) * S::stage;
-            body(ch, Vc, Vc + KC * WMAX);
+            issue(at(i + STAGES - 1), i + STAGES - 1);
+            const float* Vc = sm + (i % STAGES) * S::stage;
+            body(at(i), Vc, Vc + KC * WMAX);
         }
         copy_async_wait<0>();
         __syncthreads();
@@ -513,7 +510,7 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
             f2[nt] = SCALED ? sc2[wj + 8 * nt + g] : 1.f;
         }
         clear_w();
-        stream_chunks([&](int, const float* Vc, const float* Cc) {
+        stream_chunks(false, [&](int, const float* Vc, const float* Cc) {
             tf32x3_warp_tile<2, S::NT1, KC / 8>(
                 big, small,
                 [&](int mt, int ks) {  // A = V^T: row i is V's column 32 wm + 16 mt + i, contiguous in k
@@ -663,7 +660,9 @@ __global__ void __launch_bounds__(UPDATE_THREADS, WMAX == 32 ? 4 : 3)
         ccol[h] = c + (int64_t)(jc[h] < ncs ? jc[h] : 0) * ldc;
         u1s[h] = uc1[jc[h]], u2s[h] = uc2[jc[h]];
     }
-    stream_chunks([&](int ch, const float* Vc, const float* Cc) {
+    // Last chunk first: the strip's rows that the first pass read last should be the likeliest still in L2 (a wave of
+    // blocks reads more than L2 holds, so first to first would find its rows evicted; not yet measured).
+    stream_chunks(true, [&](int ch, const float* Vc, const float* Cc) {
         float up[1][S::NI3][4] = {}, upsmall[1][S::NI3][4] = {};
         tf32x3_warp_tile<1, S::NI3, WMAX / 8>(
             up, upsmall, [&](int, int ks) { return wt[ks]; },
@@ -804,22 +803,6 @@ __global__ void __launch_bounds__(REDUCE_THREADS) wy_reduce_kernel(int64_t strip
     }
 }
 
-// One update's geometry (see qr2_update_args), for a block of w <= UPDATE_W reflectors.
-struct WyArgs {
-    int64_t batch;
-    int mr, w, nc;
-    const float* v;
-    int64_t ldv, v_bs;
-    const float* t;
-    int64_t t_rs, t_cs, t_bs;  // T(r, c) at t[r t_rs + c t_cs]: T, or T^T to apply Q instead of Q^T
-    bool t_lower;              // whether that is T^T
-    float* c;
-    int64_t ldc, c_bs;
-    const float* cf;  // where C's entries are read (row-major, see qr2_update_args.c_from), or nullptr: in c
-    int64_t cf_rs, cf_bs;
-    WyTail tail;
-};
-
 // One launch of wy_update_kernel: its PART of the update of every (matrix, NT-column strip), the rows split in
 // blocks of split_rows.
 template <int WMAX, int NT, WyPart PART>
@@ -866,17 +849,21 @@ int update_blocks_per_sm(const qr2_device* dev) {
     return blocks < 1 ? 1 : blocks;
 }
 
-// Row splits: 1 while 32-column strips give every SM two blocks; else as many splits of each 64-column strip as one
-// wave of the partial-W kernel holds (a second wave with a few blocks costs nearly as much as a full one: 2 x 4096
-// had 590 blocks for 528 places), each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per
-// strip walked all rows with SMs idle).
-int update_splits(int64_t batch, int mr, int nc, int per_sm, const qr2_device* dev) {
-    if (batch * ((nc + 31) / 32) >= 2 * (int64_t)dev->sms) return 1;
-    const int64_t items = batch * ((nc + 63) / 64);
+// Row splits of `items` (matrix, 64-column strip) pairs: as many splits of each strip as one wave of the partial-W
+// kernel holds (a second wave with a few blocks costs nearly as much as a full one: 2 x 4096 had 590 blocks for 528
+// places), each split at least SPLIT_MIN_ROWS rows (a few large matrices, where a block per strip walked all rows with
+// SMs idle); 1 where that gives fewer than two.
+int row_splits(int64_t items, int mr, int per_sm, const qr2_device* dev) {
     int64_t s = per_sm * (int64_t)dev->sms / items;
     if (s > mr / SPLIT_MIN_ROWS) s = mr / SPLIT_MIN_ROWS;
     if (s > MAX_SPLITS) s = MAX_SPLITS;
     return s < 2 ? 1 : (int)s;
+}
+
+// The 3xTF32 update's row splits: 1 while 32-column strips give every SM two blocks.
+int update_splits(int64_t batch, int mr, int nc, int per_sm, const qr2_device* dev) {
+    if (batch * ((nc + 31) / 32) >= 2 * (int64_t)dev->sms) return 1;
+    return row_splits(batch * ((nc + 63) / 64), mr, per_sm, dev);
 }
 
 // Rows of one apply block: at most APPLY_ROWS, and the blocks as close below a whole number of waves as KC-row
@@ -889,20 +876,29 @@ int apply_rows(int64_t items, int mr, int per_sm, const qr2_device* dev) {
     return (int)((rows + KC - 1) / KC * KC);
 }
 
+// Rows of one partial W: splits of mr in whole chunks.
+int split_rows_of(int mr, int splits) { return ((mr + splits - 1) / splits + KC - 1) / KC * KC; }
+
+// The split update's middle launch: W' of every (matrix, 64-column strip) from its partial W's (split_rows rows each).
 template <int WMAX>
-int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_device* dev, void* stream) {
-    const int split_rows = ((a.mr + splits - 1) / splits + KC - 1) / KC * KC;
-    if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
+int launch_wy_reduce(const WyArgs& a, int split_rows, const WySplitWork& sw, void* stream) {
     const int64_t strips = (a.nc + 63) / 64;
     Qr2Launch how;
     how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
     how.grid = dim3((unsigned)(a.batch * strips));
     how.block = dim3(REDUCE_THREADS);
-    if (qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
-                   (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw, a.tail))
-        return 1;
+    return qr2_launch(wy_reduce_kernel<WMAX, 64>, how, stream, "wy_reduce launch", strips,
+                      (a.mr + split_rows - 1) / split_rows, a.w, a.t, a.t_rs, a.t_cs, a.t_bs, a.t_lower, sw, a.tail);
+}
+
+template <int WMAX>
+int split_update(const WyArgs& a, int splits, const WySplitWork& sw, const qr2_device* dev, void* stream) {
+    const int split_rows = split_rows_of(a.mr, splits);
+    if (launch_wy_update<WMAX, 64, WyPart::partial_w>(a, split_rows, sw, stream)) return 1;
+    if (launch_wy_reduce<WMAX>(a, split_rows, sw, stream)) return 1;
     const int per_sm = update_blocks_per_sm<WMAX, true, WyPart::apply>(dev);
-    return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * strips, a.mr, per_sm, dev), sw, stream);
+    return launch_wy_update<WMAX, 64, WyPart::apply>(a, apply_rows(a.batch * ((a.nc + 63) / 64), a.mr, per_sm, dev),
+                                                     sw, stream);
 }
 
 // The split update's regions for `parts` partial W's of wmax x 64 (see split_floats).
@@ -915,6 +911,11 @@ WySplitWork split_work(float* base, int64_t parts, int wmax, const qr2_device* d
     return sw;
 }
 
+// The split update reads C in place: a row-major source is copied into it first.
+int source_into_c(const WyArgs& a, void* stream) {
+    return a.cf && qr2_transpose_run(a.cf, a.cf_rs, 1, a.cf_bs, a.c, a.ldc, a.c_bs, a.mr, a.nc, a.batch, stream);
+}
+
 // 64-column strips; 32 where 64 would leave fewer than two blocks per SM and rows are too few to split.
 int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* stream) {
     const int wmax = a.w <= 32 ? 32 : 64;
@@ -925,9 +926,8 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
     const int splits = update_splits(a.batch, a.mr, a.nc, per_sm, dev);
     const WySplitWork sw = split_work(split_base, a.batch * ((a.nc + 63) / 64) * splits, wmax, dev);
     if (splits > 1) {
-        WyArgs in_c = a;  // the split update reads C in place
-        if (a.cf && qr2_transpose_run(a.cf, a.cf_rs, 1, a.cf_bs, a.c, a.ldc, a.c_bs, a.mr, a.nc, a.batch, stream))
-            return 1;
+        if (source_into_c(a, stream)) return 1;
+        WyArgs in_c = a;
         in_c.cf = nullptr;
         return wmax == 32 ? split_update<32>(in_c, splits, sw, dev, stream)
                           : split_update<64>(in_c, splits, sw, dev, stream);
@@ -943,12 +943,14 @@ int wy_update(const WyArgs& a, float* split_base, const qr2_device* dev, void* s
 
 // The split update's workspace, after the batch's per-matrix regions: the scale exponents, one per column of 64 (at most
 // 6 SMs partials, 2 SMs (matrix, strip) items: items < 2 SMs whenever rows are split, and items x splits < 4 SMs +
-// items), then the partial W's and each item's W', WMAX x 64 each; before the update, gram_kernel's partial Grams where
-// it splits rows. Sized for an m x n problem with outer panels of w columns.
+// items), then the partial W's and each item's W', WMAX x 64 each; before the update, gram_kernel's partial Grams
+// (w x w) or merge_t's partial V1^T V2 (32 x 32) where they split rows. Sized for an m x n problem with outer panels of
+// w columns.
 int64_t split_floats(int64_t m, int64_t n, int w, int64_t batch, const qr2_device* dev) {
     const int64_t sms = dev->sms, splits = m / SPLIT_MIN_ROWS < MAX_SPLITS ? m / SPLIT_MIN_ROWS : MAX_SPLITS;
-    const int64_t gram = batch * gram_parts(batch, (int)(m < INT_MAX ? m : INT_MAX), dev) * w * w;  // gram_kernel's
-    if (batch >= 2 * sms || splits < 2 || n <= 0) return gram > batch * w * w ? gram : 0;
+    const int64_t gram_split = gram_parts(batch, (int)(m < INT_MAX ? m : INT_MAX), dev), ww = w > MERGE_H ? w : MERGE_H;
+    const int64_t gram = gram_split > 1 ? batch * gram_split * ww * ww : 0;
+    if (batch >= 2 * sms || splits < 2 || n <= 0) return gram;
     const int64_t items = batch * ((n + 63) / 64) < 2 * sms ? batch * ((n + 63) / 64) : 2 * sms;
     const int64_t parts = items * splits < 6 * sms ? items * splits : 6 * sms;
     const int64_t update = 8 * sms * 64 + (parts + items) * (w <= 32 ? 32 : 64) * 64;
@@ -1057,12 +1059,27 @@ extern "C" int qr2_update_run(const qr2_update_args* a, void* blas_handle, const
 
 extern "C" int qr2_update_merge_t(int64_t batch, int mr, int w1, int w2, const float* v, int64_t ldv, int64_t v_bs,
                                   const float* t1, const float* t2, int64_t t_bs, float* t, int64_t out_bs,
-                                  void* stream) {
+                                  float* work, const qr2_device* dev, void* stream) {
     if (batch <= 0 || w1 <= 0 || w2 <= 0) return 0;
     if (w1 > MERGE_H || w2 > MERGE_H) return qr2_record_error("merge_t", "a half wider than QR2_PANEL_MAX_W");
+    int split_rows;
+    const int parts = merge_parts(batch, mr, w1, dev, &split_rows);
+    if (parts > 1 && !work) return qr2_record_error("merge_t", "no workspace for the partial products");
+    if (batch > INT_MAX / parts) return qr2_record_error("merge_t launch", "more than 2^31 - 1 thread blocks");
     Qr2Launch how;
-    how.pdl = true;  // the kernel starts with qr2_follow_previous_kernel
-    how.grid = dim3((unsigned)batch);
+    how.pdl = true;  // the kernels start with qr2_follow_previous_kernel
+    how.grid = dim3((unsigned)(batch * parts));
     how.block = dim3(MERGE_THREADS);
-    return qr2_launch(merge_t_kernel, how, stream, "merge_t launch", mr, w1, w2, v, ldv, v_bs, t1, t2, t_bs, t, out_bs);
+    if (qr2_launch(merge_t_kernel, how, stream, "merge_t launch", parts, split_rows, mr, w1, w2, v, ldv, v_bs, t1, t2,
+                   t_bs, t, out_bs, work))
+        return 1;
+    if (parts == 1) return 0;
+    how.grid = dim3((unsigned)batch);
+    return qr2_launch(merge_t_finish_kernel, how, stream, "merge_t_finish launch", parts, w1, w2, (const float*)work,
+                      t1, t2, t_bs, t, out_bs);
+}
+
+extern "C" int qr2_update_merge_t_parts(int64_t batch, int mr, int w1, const qr2_device* dev) {
+    int split_rows;
+    return merge_parts(batch, mr, w1, dev, &split_rows);
 }

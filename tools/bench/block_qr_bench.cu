@@ -16,15 +16,7 @@
 #endif
 #include BQ_FILE
 
-// the library's error recorders (cuda/device.cu), printing instead
-int qr2_record_error(const char* what, const char* detail) {
-    fprintf(stderr, "%s: %s\n", what, detail);
-    return 1;
-}
-int qr2_record_cuda_error(cudaError_t err, const char* what) {
-    fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-    return 1;
-}
+#include "library_stubs.cuh"
 
 // ||QR - A|| / (||A|| eps max(m, n)) and ||Q^T Q - I|| / (eps m) in FP64, from one column-major m x n matrix A and
 // its H (column-major) and tau.
