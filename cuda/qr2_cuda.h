@@ -113,6 +113,13 @@ typedef struct qr2_panel_job {
      * matrix) >= zero_from[b]: its columns from there on are exactly zero (qr2_zero_tail_run). NULL: none. */
     const int* zero_from;
     int col0;
+    /* cholqr only: the previous panel's reflectors, which it applies to its own columns first (C -= V T^T V^T C, from
+     * the W rows above the panel's top): prev_v its explicit V from that row (ld prev_ldv, prev_v_bs apart), prev_t
+     * its T (column-major, ld W, prev_t_bs apart). NULL: none. */
+    const float* prev_v;
+    int64_t prev_ldv, prev_v_bs;
+    const float* prev_t;
+    int64_t prev_t_bs;
 } qr2_panel_job;
 
 /* cholqr: CholeskyQR2 in FP64 with Householder reconstruction, a cluster of up to 16 blocks per panel (m <= 4096,
