@@ -328,7 +328,8 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
          * the side stream's critical path); not the first update, which reads A. */
         on_side.stream = side;
         ahead_s.k_outer = k, ahead_s.v = s.v, ahead_s.t = s.t;
-        const int fuse = !from_a && t && w <= c->leaf_nb && cholqr_panel(&ahead_s, k + w, next_w);
+        const int fuse = !from_a && t && w == QR2_PANEL_MAX_W && cholqr_panel(&ahead_s, k + w, next_w) &&
+                         qr2_panel_cholqr_applies_previous(p->m - k - w, next_w, p->dev);
         int failed = !fuse && apply_reflectors(&ahead_s, k, 0, w, 0, next_w, t, from_a);
         if (fuse) ahead_s.prev_v = s.v, ahead_s.prev_ldv = ldv_of(&s), ahead_s.prev_t = t;
         ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];

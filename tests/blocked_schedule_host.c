@@ -286,6 +286,9 @@ int qr2_panel_cluster_holds(int64_t m, int64_t w, const qr2_device* dev) {
 int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
     return w == 32 && m >= 64 && m <= 4096 && dev->clusters;
 }
+int qr2_panel_cholqr_applies_previous(int64_t m, int64_t w, const qr2_device* dev) {
+    return qr2_panel_cholqr_holds(m, w, dev);
+}
 int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     return (void)m, (void)dev, batch * 2 * 257 * 33 * 2;
 }

@@ -42,7 +42,6 @@ constexpr int LD = 36;               // FP64 row stride: the DMMA fragments' 16 
 constexpr int MAX_CLUSTER = 16;      // non-portable cluster size
 constexpr int ROWS = 256;            // rows a block holds at most (one block an SM) ...
 constexpr int WIDE_ROWS = 512;       // ... or, where that saves waves of SMs, this many (215 KB of shared memory)
-constexpr int LDV = 40;              // the previous panel's V in FP32, row stride: V^T C's fragments hit 32 banks
 constexpr double GUARD_G2 = 0.25;    // |G2 - I| entrywise: how far from orthogonal the first pass's Q may be
 constexpr double EXACT_G2 = 1e-10;   // |G2 - I| below this: R2 = I to far better than FP32, the second pass is skipped
 constexpr unsigned FULL = 0xffffffffu;
@@ -112,13 +111,15 @@ __device__ void times(const double* X, int rows, const double* B, double* out, i
     }
 }
 
-// part = V^T X over the first `rows` rows (a multiple of 4), V in FP32 (ld LDV): the tiles of gram.
-__device__ void cross(const float* V, const double* X, int rows, double* part, int warp, int lane) {
+// part = V^T X over the first `rows` rows (a multiple of 4): the tiles of gram. V: FP32 in global memory, column-major
+// (ld ldv), its rows from `valid` on read as zeros. (Staged in shared memory, V kept update blocks off the panel's SMs.)
+__device__ void cross(const float* V, int64_t ldv, int valid, const double* X, int rows, double* part, int warp,
+                      int lane) {
     const int a = warp >> 1, b0 = 2 * (warp & 1);
     double c[2][2] = {};
     const int kr = lane & 3, col = lane >> 2;
     for (int k0 = 0; k0 < rows; k0 += 4) {
-        const double fa = V[(k0 + kr) * LDV + 8 * a + col];
+        const double fa = k0 + kr < valid ? V[(int64_t)(8 * a + col) * ldv + k0 + kr] : 0.0;
         const double* row = X + (k0 + kr) * LD + col;
         dmma(c[0], fa, row[8 * b0]);
         dmma(c[1], fa, row[8 * (b0 + 1)]);
@@ -131,14 +132,15 @@ __device__ void cross(const float* V, const double* X, int rows, double* part, i
     }
 }
 
-// X[0, rows) -= V[0, rows) B (rows a multiple of 8; V in FP32, ld LDV).
-__device__ void minus_times(const float* V, double* X, int rows, const double* B, int warp, int lane) {
+// X[0, rows) -= V[0, rows) B (rows a multiple of 8; V as in cross).
+__device__ void minus_times(const float* V, int64_t ldv, int valid, double* X, int rows, const double* B, int warp,
+                            int lane) {
     const int kr = lane & 3, r = lane >> 2;
     for (int t0 = 8 * warp; t0 < rows; t0 += 8 * NWARPS) {
         double c[4][2] = {};
 #pragma unroll
         for (int k0 = 0; k0 < W; k0 += 4) {
-            const double a = V[(t0 + r) * LDV + k0 + kr];
+            const double a = t0 + r < valid ? V[(int64_t)(k0 + kr) * ldv + t0 + r] : 0.0;
 #pragma unroll
             for (int cb = 0; cb < 4; ++cb) dmma(c[cb], a, B[(k0 + kr) * LD + 8 * cb + r]);
         }
@@ -413,25 +415,23 @@ __device__ void write_top(Small& sm, const qr2_panel_job& a, int64_t b, double* 
 // The previous panel's reflectors applied to this block's rows of the panel (and block 0's W rows above it), which X
 // holds as loaded; then those rows rounded to FP32 into H and X, the panel's top W rows into every block's sm.z, and
 // the columns non-zero below their diagonal into sm.below (AHEAD: the load leaves these to this).
-__device__ void apply_previous(cg::cluster_group& cluster, const qr2_panel_job& a, int64_t b, double* X, float* pv,
-                               Small& sm, int row0, int rows, int C, int q, int t, int warp, int lane) {
+__device__ void apply_previous(cg::cluster_group& cluster, const qr2_panel_job& a, int64_t b, double* X, Small& sm,
+                               int row0, int rows, int C, int q, int t, int warp, int lane) {
     const int rows8 = (rows + 7) & ~7, top = q == 0 ? W : 0;  // block 0 also holds the W rows above the panel
-    const float* v = a.prev_v + b * a.prev_v_bs;
+    const float* v = a.prev_v + b * a.prev_v_bs + W + row0 - top;  // V's row for X's row -top
     const float* T = a.prev_t + b * a.prev_t_bs;
     float* panel = a.h + b * a.h_bs;
-    for (int c = warp; c < W; c += NWARPS)  // V's rows W + row0 + i, i in [-top, rows8), zeros past the panel
-        for (int i = lane - top; i < rows8; i += 32) pv[(W + i) * LDV + c] = i < rows ? v[(int64_t)c * a.prev_ldv + W + row0 + i] : 0.f;
     if (q == 0)
         for (int e = t; e < W * W; e += THREADS) X[(e % W - W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W - W];
     for (int e = t; e < W * W; e += THREADS) sm.r1inv[(e / W) * LD + e % W] = (double)T[e];  // T^T, row-major
     __syncthreads();
-    cross(pv + (W - top) * LDV, X - top * LD, top + rows8, sm.part[0], warp, lane);  // this block's V^T C
+    cross(v, a.prev_ldv, top + rows, X - top * LD, top + rows8, sm.part[0], warp, lane);  // this block's V^T C
     cluster.sync();
     cluster_sum(cluster, sm, 0, sm.g, t, C, q);
     cluster.sync();
     times(sm.r1inv, W, sm.g, sm.n, warp, lane);  // T^T V^T C
     __syncthreads();
-    minus_times(pv + (W - top) * LDV, X - top * LD, top + rows8, sm.n, warp, lane);
+    minus_times(v, a.prev_ldv, top + rows, X - top * LD, top + rows8, sm.n, warp, lane);
     __syncthreads();
     unsigned below = 0u;
     for (int c = warp; c < W; c += NWARPS)
@@ -459,7 +459,6 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     // this block's rows: P, then Y, then V's rows (AHEAD: after W rows for those above the panel)
     double* X = reinterpret_cast<double*>(smem) + (AHEAD ? W * LD : 0);
     Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * (BLOCK_ROWS + (AHEAD ? W : 0)) * LD);
-    float* pv = reinterpret_cast<float*>(&sm + 1);  // AHEAD: the previous panel's V, (W + BLOCK_ROWS) x LDV
     double* x = sm.part[0];  // scratch, once the partial Gram matrices are summed
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), q = (int)cluster.block_rank();
@@ -500,7 +499,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
             for (int e = t; e < W * W; e += THREADS) sm.z[(e % W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W];
     }
     __syncthreads();
-    if (AHEAD) apply_previous(cluster, a, b, X, pv, sm, row0, rows, C, q, t, warp, lane);
+    if (AHEAD) apply_previous(cluster, a, b, X, sm, row0, rows, C, q, t, warp, lane);
 
     // 1. G1, summed over the cluster; R~ and D; R1^-1 = D^-1 R~^-1 (every block, the same bits)
     gram(X, rows8, sm.part[0], warp, lane);
@@ -549,8 +548,7 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
 }
 
 constexpr size_t smem_bytes(int block_rows, bool ahead = false) {
-    return ahead ? sizeof(double) * (block_rows + W) * LD + sizeof(Small) + sizeof(float) * (block_rows + W) * LDV
-                 : sizeof(double) * block_rows * LD + sizeof(Small);
+    return sizeof(double) * (block_rows + (ahead ? W : 0)) * LD + sizeof(Small);
 }
 
 // Blocks per matrix: the fewest (a power of two) that hold the rows at block_rows a block; 0 where none do. Spreading
@@ -827,13 +825,17 @@ extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* de
     return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem_bytes(ROWS) <= (size_t)dev->smem_optin;
 }
 
+extern "C" int qr2_panel_cholqr_applies_previous(int64_t m, int64_t w, const qr2_device* dev) {
+    return qr2_panel_cholqr_holds(m, w, dev) && smem_bytes(ROWS, true) <= (size_t)dev->smem_optin;
+}
+
 extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2_device* dev, void* stream) {
     if (a->batch <= 0) return 0;
     if (!qr2_panel_cholqr_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr", "panel shape not held");
     // block 0 holds the top 32 rows: a panel has at least 64, and past a block's rows the fewest blocks hold more
     // than half of them each
-    if (a->prev_v) {  // ROWS-row blocks only: WIDE_ROWS ones leave no room for the previous panel's V
-        if (!a->prev_t || smem_bytes(ROWS, true) > (size_t)dev->smem_optin)
+    if (a->prev_v) {  // ROWS-row blocks only (lookahead's few matrices fit one wave of them)
+        if (!a->prev_t || !qr2_panel_cholqr_applies_previous(a->m, a->w, dev))
             return qr2_record_error("panel_cholqr", "previous reflectors without T, or no shared memory for them");
         return launch<ROWS, true>(a, done, stream);
     }
