@@ -221,8 +221,8 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
 
 
 # Lookahead (configurations `<route>_lookahead`, c_api/blocked.c): the next panel's columns updated and that panel
-# factored on a side stream, beside the update of the rest. The policy picks only blocked_cholqr_nb32_lookahead (one or
-# two 4096 x 4096 matrices), so the tests force them.
+# factored on a side stream, beside the update of the rest (a CholeskyQR panel updates its columns itself). The policy
+# picks only blocked_cholqr_nb32_lookahead (a few large matrices), so the tests force them.
 # One fork a step that has a next panel and columns right of it; never where an update might call cuBLAS (over 4096
 # rows, fewer matrices than SMs). An update split in two may split its rows over blocks differently from the whole
 # one, so the bits may differ from the schedule without lookahead: the checker decides.
