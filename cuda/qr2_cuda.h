@@ -129,9 +129,9 @@ int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cholqr_run(const qr2_panel_job* job, int* done, const qr2_device* dev, void* stream);
 /* Whether it can also apply the previous panel's reflectors (job.prev_v) to a panel of m x w first. */
 int qr2_panel_cholqr_applies_previous(int64_t m, int64_t w, const qr2_device* dev);
-/* cholqr_grid: the same, for panels taller than a cluster holds (m > 8192): five launches over 256-row blocks of the
- * grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch, dev) floats, 8-byte
- * aligned. */
+/* cholqr_grid: the same, for panels taller than a cluster holds (m > 8192): five to seven launches over 256-row
+ * blocks of the grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch, dev) floats,
+ * 8-byte aligned. */
 int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev);
 int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev);
 int qr2_panel_cholqr_grid_run(const qr2_panel_job* job, int* done, void* work, const qr2_device* dev, void* stream);

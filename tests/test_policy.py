@@ -41,10 +41,11 @@ CONFIG_EXAMPLES = {
     "shared_memory": [(1000, 5, 1), (300, 8, 2), (257, 5, 1)],
     "blocked_nb64": [(1024, 1024, 200), (768, 768, 400), (4096, 4096, 100), (1536, 1536, 100), (2048, 2048, 48),
         (800, 800, 320), (768, 1024, 300), (1024, 1024, 189)],
-    "blocked_cholqr_nb32_lookahead": [(4096, 4096, 2), (4096, 4096, 1), (2048, 2048, 1), (2048, 2048, 8),
-        (4096, 4096, 3), (4095, 4096, 2), (3000, 3000, 1), (2049, 2049, 2)],
+    "blocked_cholqr_nb32_lookahead": [(4096, 4096, 2), (4096, 4096, 1), (2048, 2048, 1), (4095, 4096, 2),
+        (3000, 3000, 1), (2049, 2049, 2)],
     "blocked_cholqr_nb32": [(1000, 300, 2), (5000, 1000, 1), (4200, 200, 2), (1025, 1025, 16),
         (5000, 4096, 2), (4096, 6000, 1), (640, 640, 32), (2048, 2048, 16), (2048, 2047, 2), (2047, 2048, 2),
+        (2048, 2048, 8), (4096, 4096, 3),
         (1000, 1500, 2), (1500, 1000, 4),
         (1024, 1024, 60), (1024, 1024, 100), (768, 768, 100), (1536, 1536, 64), (2048, 2048, 33), (600, 512, 200),
         (1000, 300, 100), (640, 640, 300), (768, 768, 200), (1024, 1024, 188), (9000, 40, 2), (100000, 256, 1),
@@ -98,8 +99,7 @@ def test_every_pick_runs_on_its_device(device):
 def test_cholqr_panels_only_where_the_device_and_the_panels_allow_them():
     """The CholeskyQR configuration is picked only where some panel is one its kernel holds: not on a device without
     clusters or with too little shared memory, and not where every panel is taller than 4096 rows."""
-    assert qr2_op.config_for(2048, 2048, 8, H200) == "blocked_cholqr_nb32_lookahead"
-    assert qr2_op.config_for(2048, 2048, 16, H200) == "blocked_cholqr_nb32"
+    assert qr2_op.config_for(2048, 2048, 8, H200) == "blocked_cholqr_nb32"
     assert qr2_op.config_for(2048, 2048, 8, Device(128, 101376, False)) == "blocked_nb32"
     assert qr2_op.config_for(2048, 2048, 8, Device(132, 100 * 1024, True)) == "blocked_nb32"
     assert qr2_op.config_for(8192, 1024, 1, H200) == "blocked_nb32"  # every panel has 7200 rows or more
