@@ -70,15 +70,16 @@ __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
                  : "d"(a), "d"(b));
 }
 
-// part = X^T X over X's first `rows` rows (a multiple of 4; the rows past the block's last are zero): warp w
-// computes tiles (w / 2, 2 (w % 2) + {0, 1}) of the 4 x 4 tiles of 8 x 8.
-__device__ void gram(const double* X, int rows, double* part, int warp, int lane) {
+// part = A^T X over X's first `rows` rows (a multiple of 4; the rows past the block's last are zero), A's entry (k, c)
+// given by a_at(k, c): warp w computes tiles (w / 2, 2 (w % 2) + {0, 1}) of the 4 x 4 tiles of 8 x 8.
+template <class AAt>
+__device__ void at_times_x(AAt a_at, const double* X, int rows, double* part, int warp, int lane) {
     const int a = warp >> 1, b0 = 2 * (warp & 1);
     double c[2][2] = {};
     const int kr = lane & 3, col = lane >> 2;
     for (int k0 = 0; k0 < rows; k0 += 4) {
         const double* row = X + (k0 + kr) * LD + col;
-        const double fa = row[8 * a];
+        const double fa = a_at(k0 + kr, 8 * a + col);
         dmma(c[0], fa, row[8 * b0]);
         dmma(c[1], fa, row[8 * (b0 + 1)]);
     }
@@ -88,6 +89,11 @@ __device__ void gram(const double* X, int rows, double* part, int warp, int lane
         out[0] = c[e][0];
         out[1] = c[e][1];
     }
+}
+
+// part = X^T X over X's first `rows` rows.
+__device__ void gram(const double* X, int rows, double* part, int warp, int lane) {
+    at_times_x([X](int k, int c) { return X[k * LD + c]; }, X, rows, part, warp, lane);
 }
 
 // out[0, rows) = X[0, rows) B (rows a multiple of 8; out may be X: a warp reads a tile's rows before writing them).
@@ -111,25 +117,12 @@ __device__ void times(const double* X, int rows, const double* B, double* out, i
     }
 }
 
-// part = V^T X over the first `rows` rows (a multiple of 4): the tiles of gram. V: FP32 in global memory, column-major
-// (ld ldv), its rows from `valid` on read as zeros. (Staged in shared memory, V kept update blocks off the panel's SMs.)
+// part = V^T X over the first `rows` rows (a multiple of 4). V: FP32 in global memory, column-major (ld ldv), its rows
+// from `valid` on read as zeros. (Staged in shared memory, V kept update blocks off the panel's SMs.)
 __device__ void cross(const float* V, int64_t ldv, int valid, const double* X, int rows, double* part, int warp,
                       int lane) {
-    const int a = warp >> 1, b0 = 2 * (warp & 1);
-    double c[2][2] = {};
-    const int kr = lane & 3, col = lane >> 2;
-    for (int k0 = 0; k0 < rows; k0 += 4) {
-        const double fa = k0 + kr < valid ? V[(int64_t)(8 * a + col) * ldv + k0 + kr] : 0.0;
-        const double* row = X + (k0 + kr) * LD + col;
-        dmma(c[0], fa, row[8 * b0]);
-        dmma(c[1], fa, row[8 * (b0 + 1)]);
-    }
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        double* out = part + (8 * a + col) * W + 8 * (b0 + e) + 2 * kr;
-        out[0] = c[e][0];
-        out[1] = c[e][1];
-    }
+    at_times_x([V, ldv, valid](int k, int c) { return k < valid ? (double)V[(int64_t)c * ldv + k] : 0.0; }, X, rows,
+               part, warp, lane);
 }
 
 // X[0, rows) -= V[0, rows) B (rows a multiple of 8; V as in cross).
