@@ -142,6 +142,11 @@ typedef struct schedule {
     int* done;    /* CholeskyQR panels: per matrix, whether the last one factored it (NULL: not this configuration) */
     int* zero_from; /* per matrix, where its exactly zero trailing columns start (qr2_zero_tail_run) */
     behind_half* behind; /* the second half of a split batch, started after this schedule's first panel */
+    /* lookahead: the previous panel's V (from its top row, ld prev_ldv) and T, which the next CholeskyQR panel
+     * applies to its own columns first (NULL: an update has) */
+    const float* prev_v;
+    int64_t prev_ldv;
+    const float* prev_t;
 } schedule;
 
 static int ldv_of(const schedule* s) { return s->p->m - s->k_outer; }
@@ -172,6 +177,14 @@ static int split_width(int w) {
     return half < w ? half : w - 1;
 }
 
+/* Whether the CholeskyQR panel is the first to factor columns [k0, k0 + w): a single panel of cholqr configurations,
+ * taller than the register panel holds and held by a cluster. */
+static int cholqr_panel(const schedule* s, int k0, int w) {
+    const int mr = s->p->m - k0;
+    return s->done && w <= s->config->leaf_nb && !qr2_panel_registers_holds(mr, w, s->p->dev) &&
+           qr2_panel_cholqr_holds(mr, w, s->p->dev);
+}
+
 /* Factors columns [k0, k0 + w) of rows [k0, m); *t: their T factor (ld w) when the kernels built it, else NULL.
  * half: which of the two half slots of s->t a panel kernel writes its T into; want_t: whether an update follows. */
 static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int want_t, const float** t) {
@@ -190,9 +203,13 @@ static int factor_panel(const schedule* s, int k0, int jo, int w, int half, int 
             .zero_from = s->zero_from, .col0 = k0,
         };
         const int registers = qr2_panel_registers_holds(mr, w, p->dev);
-        if (s->done && !registers && qr2_panel_cholqr_holds(mr, w, p->dev)) {
-            /* the matrices it leaves (done[b] == 0) take the Householder kind below */
-            if (qr2_panel_cholqr_run(&job, s->done, p->dev, p->stream)) return 1;
+        if (cholqr_panel(s, k0, w)) {
+            /* the matrices it leaves (done[b] == 0) take the Householder kind below, on the columns as it left them
+             * (the previous panel's reflectors applied where s->prev_v) */
+            qr2_panel_job first = job;
+            first.prev_v = s->prev_v, first.prev_ldv = s->prev_ldv, first.prev_v_bs = s->v_bs;
+            first.prev_t = s->prev_t, first.prev_t_bs = s->t_bs;
+            if (qr2_panel_cholqr_run(&first, s->done, p->dev, p->stream)) return 1;
             job.done = s->done;
         } else if (s->done && qr2_panel_cholqr_grid_holds(mr, w, p->dev) && !qr2_panel_cluster_holds(mr, w, p->dev)) {
             /* taller than a cluster holds: the grid form, else the tall kind's launch a reflector */
@@ -306,12 +323,18 @@ static int run_schedule(const qr2_config* c, const qr2_problem* p, float* work, 
             if (apply_reflectors(&s, k, 0, w, 0, p->n - k - w, t, from_a)) return 1;
             continue;
         }
-        /* the next panel's columns, then that panel, on the side stream; the rest here */
+        /* the next panel's columns, then that panel, on the side stream; the rest here. A CholeskyQR panel applies
+         * this step's reflectors to its columns itself (2 x 4096: an update of them took three launches, ~30 us, on
+         * the side stream's critical path); not the first update, which reads A. */
         on_side.stream = side;
         ahead_s.k_outer = k, ahead_s.v = s.v, ahead_s.t = s.t;
-        int failed = apply_reflectors(&ahead_s, k, 0, w, 0, next_w, t, from_a);
+        const int fuse = !from_a && t && w == QR2_PANEL_MAX_W && cholqr_panel(&ahead_s, k + w, next_w) &&
+                         qr2_panel_cholqr_applies_previous(p->m - k - w, next_w, p->dev);
+        int failed = !fuse && apply_reflectors(&ahead_s, k, 0, w, 0, next_w, t, from_a);
+        if (fuse) ahead_s.prev_v = s.v, ahead_s.prev_ldv = ldv_of(&s), ahead_s.prev_t = t;
         ahead_s.k_outer = k + w, ahead_s.v = v_slot[(step + 1) & 1], ahead_s.t = t_slot[(step + 1) & 1];
         failed = failed || factor_panel(&ahead_s, k + w, 0, next_w, 0, k + w + next_w < p->n, &t_ahead);
+        ahead_s.prev_v = 0, ahead_s.prev_t = 0;
         failed = failed || apply_reflectors(&s, k, 0, w, next_w, rest, t, from_a);
         if (qr2_side_join(p->stream, p->dev->index, QR2_SIDE_URGENT) || failed) return 1;
         factored = 1;

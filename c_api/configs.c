@@ -70,7 +70,8 @@ const qr2_config qr2_shared_memory = {"shared_memory", &shared_memory, 1, 0, 0,
     "FP64): one launch", 0, 0};
 const qr2_config qr2_blocked_cholqr_nb32_lookahead = {"blocked_cholqr_nb32_lookahead", &blocked, 1, 32, 32,
     "blocked_cholqr_nb32 with lookahead: each next panel factored on a side stream of the device's highest priority "
-    "(its columns updated first) beside the update of the rest", 1, 1};
+    "(its columns updated first, by the CholeskyQR panel itself where it factors them) beside the update of the rest",
+    1, 1};
 const qr2_config qr2_blocked_cholqr_nb32 = {"blocked_cholqr_nb32", &blocked, 1, 32, 32,
     "blocked_nb32 whose 32-column panels of 513 to 4096 rows are first factored by CholeskyQR2 in FP64 on a cluster "
     "of up to 16 blocks (Gram matrices on FP64 tensor cores) and turned back into Householder form; a matrix whose "

@@ -66,12 +66,14 @@ static const qr2_config* pick(int64_t m, int64_t n, int64_t batch, const qr2_dev
     RULE(qr2_registers, n <= 96);
     /* Tall matrices of n <= 8: one block's shared memory (held since the first kernels; no placement measurement). */
     RULE(qr2_shared_memory, n <= 8);
-    /* Inside the CholeskyQR rule's region below, one or two 4096 x 4096 matrices, whose panels no other matrix's
-     * update hides: each next panel on a side stream beside the update of the rest (2 x 4096 11.6 against 13.2 ms;
-     * 8 x 2048 lost, 6.46 against 6.15; one matrix, whose panels are even less hidden, not measured; wider or taller
-     * not measured, and over 4096 rows an update may call cuBLAS, which lookahead never runs beside).
-     * docs/results/2026-12-05-h200-fp16-update-and-lookahead.txt */
-    RULE(qr2_blocked_cholqr_nb32_lookahead, batch <= 2 && m == 4096 && n == 4096 && cholqr_panels(m, n, d));
+    /* Inside the CholeskyQR rule's region below, one or two matrices of 2048 to 4096 rows and columns, whose panels
+     * no other matrix's update hides: each next panel on a side stream beside the update of the rest, the CholeskyQR
+     * panel applying the previous panel's reflectors itself (1 x 4096^2 8.78 against 10.35 ms, 2 x 4096 11.0 against
+     * 13.1, 1 x 3000^2 5.70 against 6.50, 2 x 2049^2 3.97 against 4.91; 8 x 2048 lost, 6.34 against 6.08, and
+     * 16 x 2048 tied; measured on square shapes). Over 4096 rows an update may call cuBLAS, which lookahead never runs
+     * beside. docs/results/2026-12-05-h200-lookahead-fused-panel.txt */
+    RULE(qr2_blocked_cholqr_nb32_lookahead, batch <= 2 && m >= 2048 && m <= 4096 && n >= 2048 && n <= 4096 &&
+                                                cholqr_panels(m, n, d));
     /* Panels taller than the register panel holds, below 1.5 million matrix entries per SM (198 million on an
      * H200): CholeskyQR panels over clusters of up to 16 blocks, whose critical path does not grow with the reflector
      * count (60 x 1024 5.29 against 5.70 ms for blocked_nb32, 100 x 1024 8.42 against 9.37, 64 x 1536 16.0 against

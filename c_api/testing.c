@@ -59,6 +59,29 @@ QR2_EXPORT int qr2_test_panel(const char* kind, int64_t batch, int m, int w, flo
     return qr2_cuda_fail("qr2_test_panel", "no such panel kind");
 }
 
+/* The CholeskyQR panel applying the previous panel's reflectors first: h holds batch column blocks of (m + 32) x 32
+ * (ld m + 32, (m + 32) * 32 apart), the panel its rows from 32 on; prev_v: the previous panel's V over the same rows
+ * (the same layout); prev_t: its T (column-major, 32 * 32 apart). tau, V (m x 32, ld m) and T as qr2_test_panel;
+ * the flags at the start of work. */
+QR2_EXPORT int qr2_test_panel_cholqr_after(int64_t batch, int m, float* h, float* tau, float* v, float* t,
+                                           const float* prev_v, const float* prev_t, void* work, int device,
+                                           void* stream) {
+    qr2_device dev;
+    if (device_of(device, &dev)) return 1;
+    const int w = QR2_PANEL_MAX_W;
+    const int64_t ld = (int64_t)m + w;
+    const qr2_panel_job job = {
+        .batch = batch, .m = m, .w = w,
+        .h = h + w, .ldh = ld, .h_bs = ld * w,
+        .tau = tau, .tau_bs = w,
+        .v = v, .ldv = m, .v_bs = (int64_t)m * w, .v_row0 = 0,
+        .t = t, .t_bs = (int64_t)w * w,
+        .prev_v = prev_v, .prev_ldv = ld, .prev_v_bs = ld * w,
+        .prev_t = prev_t, .prev_t_bs = (int64_t)w * w,
+    };
+    return qr2_panel_cholqr_run(&job, (int*)work, &dev, stream);
+}
+
 /* The tall panel's resident form's blocks a matrix for batch panels of m x w (0: one launch per reflector). */
 QR2_EXPORT int qr2_test_panel_tall_resident_blocks(int64_t batch, int m, int w, int device) {
     qr2_device dev;

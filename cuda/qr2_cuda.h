@@ -113,6 +113,13 @@ typedef struct qr2_panel_job {
      * matrix) >= zero_from[b]: its columns from there on are exactly zero (qr2_zero_tail_run). NULL: none. */
     const int* zero_from;
     int col0;
+    /* cholqr only: the previous panel's reflectors, which it applies to its own columns first (C -= V T^T V^T C, from
+     * the W rows above the panel's top): prev_v its explicit V from that row (ld prev_ldv, prev_v_bs apart), prev_t
+     * its T (column-major, ld W, prev_t_bs apart). NULL: none. */
+    const float* prev_v;
+    int64_t prev_ldv, prev_v_bs;
+    const float* prev_t;
+    int64_t prev_t_bs;
 } qr2_panel_job;
 
 /* cholqr: CholeskyQR2 in FP64 with Householder reconstruction, a cluster of up to 16 blocks per panel (m <= 4096,
@@ -120,9 +127,11 @@ typedef struct qr2_panel_job {
  * a matrix that did not is left untouched for a Householder kind (run it next with job.done = done). */
 int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev);
 int qr2_panel_cholqr_run(const qr2_panel_job* job, int* done, const qr2_device* dev, void* stream);
-/* cholqr_grid: the same, for panels taller than a cluster holds (m > 8192): five launches over 256-row blocks of the
- * grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch, dev) floats, 8-byte
- * aligned. */
+/* Whether it can also apply the previous panel's reflectors (job.prev_v) to a panel of m x w first. */
+int qr2_panel_cholqr_applies_previous(int64_t m, int64_t w, const qr2_device* dev);
+/* cholqr_grid: the same, for panels taller than a cluster holds (m > 8192): five to seven launches over 256-row
+ * blocks of the grid and one block a matrix; builds T. work: qr2_panel_cholqr_grid_work_floats(m, batch, dev) floats,
+ * 8-byte aligned. */
 int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev);
 int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev);
 int qr2_panel_cholqr_grid_run(const qr2_panel_job* job, int* done, void* work, const qr2_device* dev, void* stream);

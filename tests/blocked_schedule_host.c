@@ -286,6 +286,9 @@ int qr2_panel_cluster_holds(int64_t m, int64_t w, const qr2_device* dev) {
 int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* dev) {
     return w == 32 && m >= 64 && m <= 4096 && dev->clusters;
 }
+int qr2_panel_cholqr_applies_previous(int64_t m, int64_t w, const qr2_device* dev) {
+    return qr2_panel_cholqr_holds(m, w, dev);
+}
 int64_t qr2_panel_tall_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     return (void)m, (void)dev, batch * 2 * 257 * 33 * 2;
 }
@@ -295,7 +298,7 @@ int qr2_panel_tall_builds_t(const qr2_panel_job* j, const qr2_device* dev) {
 }
 int qr2_panel_cholqr_grid_holds(int64_t m, int64_t w, const qr2_device* dev) { return (void)dev, w == 32 && m > 8192; }
 int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
-    return (void)dev, batch * ((m + 255) / 256 * 2049 + 6980) + 16;
+    return (void)dev, batch * ((m + 255) / 256 * 2049 + 2048 + 6980) + 16;
 }
 int64_t qr2_update_work_floats(int w, int nc) { return 2 * (int64_t)w * w + 2 * (int64_t)w * nc; }
 /* The split region, as update.cu sizes it in shape: partial Grams or merge_t's partials (at most 16 parts a matrix)
@@ -337,6 +340,12 @@ int qr2_panel_cholqr_run(const qr2_panel_job* j, int* done, const qr2_device* de
     (void)dev;
     panel_job(j, stream, "cholqr panel");
     touch_flat(&ws, FLAGS, done, 1, 0, j->batch, sizeof(int), WRITE, "cholqr panel's flags");
+    if (j->prev_v) { /* the previous panel's V and T read; its columns' W rows above the panel written */
+        const char* what = "cholqr panel's previous reflectors";
+        touch_as(&ws, V, j->prev_v, j->batch, j->prev_v_bs, j->w, j->prev_ldv, 32 + j->m, sizeof(float), READ, what);
+        touch_flat(&ws, T, j->prev_t, j->batch, j->prev_t_bs, 32 * 32, sizeof(float), READ, what);
+        touch(&h_buf, j->h - 32, j->batch, j->h_bs, j->w, j->ldh, 32, sizeof(float), WRITE, what);
+    }
     return 0;
 }
 int qr2_panel_cholqr_grid_run(const qr2_panel_job* j, int* done, void* work, const qr2_device* dev, void* stream) {

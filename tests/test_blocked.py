@@ -221,8 +221,8 @@ def test_two_halves_while_the_side_stream_is_held_by_a_capture(route):
 
 
 # Lookahead (configurations `<route>_lookahead`, c_api/blocked.c): the next panel's columns updated and that panel
-# factored on a side stream, beside the update of the rest. The policy picks only blocked_cholqr_nb32_lookahead (one or
-# two 4096 x 4096 matrices), so the tests force them.
+# factored on a side stream, beside the update of the rest (a CholeskyQR panel updates its columns itself). The policy
+# picks only blocked_cholqr_nb32_lookahead (a few large matrices), so the tests force them.
 # One fork a step that has a next panel and columns right of it; never where an update might call cuBLAS (over 4096
 # rows, fewer matrices than SMs). An update split in two may split its rows over blocks differently from the whole
 # one, so the bits may differ from the schedule without lookahead: the checker decides.
@@ -346,10 +346,12 @@ def test_tall_panel_nan_stays_in_its_matrix(route):
     check(A[keep].contiguous(), (H[keep].contiguous(), tau[keep].contiguous()))
 
 
-@pytest.mark.parametrize("route", ["blocked_cholqr_nb32"], indirect=True)
+@pytest.mark.parametrize("route", ["blocked_cholqr_nb32", "blocked_cholqr_nb32_lookahead"], indirect=True)
 def test_cholqr_guard_decides_for_each_matrix(route):
     """Matrices whose CholeskyQR panel fails its guard (a zero column, two equal columns, a NaN) take the Householder
-    panel; the others of the batch come out bit for bit as they do in a batch where every matrix passes."""
+    panel; the others of the batch come out bit for bit as they do in a batch where every matrix passes. With
+    lookahead, the panel of columns 32-63 applies the first panel's reflectors itself, and the equal columns 40 and 41
+    fail its guard after that: the Householder panel must find the columns as it left them."""
     A = torch.randn(6, 600, 600, device="cuda")
     A[1, :, 5] = 0.0
     A[3, :, 41] = A[3, :, 40]

@@ -27,6 +27,7 @@ for _name, _res, _args in [
     ("qr2_test_zero_tail", _int, [_p, _i64, _i64, _i64, _int, _int, _i64, _p, _p]),
     ("qr2_test_transpose", _int, [_p, _i64, _i64, _i64, _p, _int, _int, _i64, _p]),
     ("qr2_test_panel_tall_resident_blocks", _int, [_i64, _int, _int, _int]),
+    ("qr2_test_panel_cholqr_after", _int, [_i64, _int, _p, _p, _p, _p, _p, _p, _p, _int, _p]),
     ("qr2_test_last_error", _str, []),
 ]:
     getattr(_lib, _name).restype, getattr(_lib, _name).argtypes = _res, _args
@@ -188,6 +189,54 @@ def test_cholqr_panel_leaves_what_its_guard_rejects(kind, m, copies):
     good = [b for b in range(6 * copies) if flags[b] == 1]
     ok, msg = check_implementation(A[good], (H[good], tau[good]))
     assert ok, msg
+
+
+@pytest.mark.parametrize("m,batch", [(64, 3), (600, 1), (1000, 5), (2049, 2), (4064, 2)])
+def test_cholqr_panel_applies_the_previous_reflectors_first(m, batch):
+    """Lookahead's CholeskyQR panel: the previous panel's reflectors (V, T of a 32-column panel over the 32 rows
+    above it and its own) applied to its columns, then the panel factored. The 32 rows above come out as
+    C - V T^T V^T C gives them in FP64 (rounded to FP32), the panel as LAPACK factors the updated rows. One matrix
+    holds a NaN: its guard fails, and its columns are left updated (the NaN's column all NaN) for the Householder
+    panel."""
+    w = 32
+    rows = m + w
+    P = torch.randn(batch, rows, w, device="cuda", dtype=torch.float64)
+    Hp, taup = torch.geqrf(P)
+    Vp = (torch.tril(Hp, -1) + torch.eye(rows, w, device="cuda", dtype=torch.float64)).float()
+    Tp = _larft64(Vp.double(), taup.float().double()).float()
+    # the columns after the update: R's rows on top, a panel LAPACK factors uniquely below; C = Q times them
+    U = torch.randn(batch, rows, w, device="cuda", dtype=torch.float64)
+    U[:, w:2 * w, :] += m ** 0.5 * torch.eye(w, device="cuda", dtype=torch.float64)
+    V64, T64 = Vp.double(), Tp.double()
+    C = (U - V64 @ (T64 @ (V64.mT @ U))).float()
+    if batch > 1:
+        C[1, w + m // 2, 7] = float("nan")
+    expected = C.double() - V64 @ (T64.mT @ (V64.mT @ C.double()))
+    h = _column_major(C)
+    prev_v, prev_t = _column_major(Vp), Tp.mT.contiguous()  # T column-major
+    tau = torch.full((batch, w), float("nan"), device="cuda")
+    v = _column_major(torch.full((batch, m, w), float("nan"), device="cuda"))
+    t = torch.full((batch, w, w), float("nan"), device="cuda")
+    dev = torch.cuda.current_device()
+    work = torch.zeros(max(_lib.qr2_test_panel_work_floats(m, batch, dev), 1), device="cuda")
+    _check(_lib.qr2_test_panel_cholqr_after(batch, m, h.data_ptr(), tau.data_ptr(), v.data_ptr(), t.data_ptr(),
+                                            prev_v.data_ptr(), prev_t.data_ptr(), work.data_ptr(), dev, _stream()))
+    flags = work[:batch].view(torch.int32).tolist()
+    assert flags == [0 if b == 1 else 1 for b in range(batch)]
+    scale = expected.nan_to_num(0.0).abs().amax(dim=(1, 2), keepdim=True)
+    top = (h[:, :w].double() - expected[:, :w]) / scale[..., :1, :1]
+    for b in range(batch):
+        if flags[b]:
+            assert top[b].abs().max() < 1e-6
+            ok, msg = check_implementation(expected[b:b + 1, w:].float(), (h[b:b + 1, w:], tau[b:b + 1]))
+            assert ok, msg
+            Hr, taur = torch.geqrf(expected[b, w:])
+            torch.testing.assert_close(h[b, w:].double(), Hr, rtol=1e-3, atol=1e-3)
+            torch.testing.assert_close(tau[b].double(), taur, rtol=1e-3, atol=1e-3)
+        else:  # left for the Householder panel: every row updated, the NaN's column all NaN
+            assert torch.all(h[b, :, 7].isnan())
+            rest = [c for c in range(w) if c != 7]
+            assert ((h[b][:, rest].double() - expected[b][:, rest]).abs() / scale[b]).max() < 1e-6
 
 
 def _larft64(V, tau):

@@ -23,6 +23,9 @@
 //      V as Y N; the last block builds T, block 0 writes R.
 // FP64 throughout: CholeskyQR's loss of orthogonality (FP64 rounding times the panel's condition squared) stays far
 // below FP32's for any panel the guard passes.
+// With the previous panel's reflectors in the job (prev_v, lookahead), the panel first applies them to its own columns,
+// from the W rows above its top (C -= V T^T V^T C: V^T C summed over the cluster like G1, in FP64, rounded to FP32 as
+// the update would store it), instead of an update of those columns in three launches before it.
 #include <cooperative_groups.h>
 
 #include "cluster.cuh"
@@ -67,15 +70,16 @@ __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
                  : "d"(a), "d"(b));
 }
 
-// part = X^T X over X's first `rows` rows (a multiple of 4; the rows past the block's last are zero): warp w
-// computes tiles (w / 2, 2 (w % 2) + {0, 1}) of the 4 x 4 tiles of 8 x 8.
-__device__ void gram(const double* X, int rows, double* part, int warp, int lane) {
+// part = A^T X over X's first `rows` rows (a multiple of 4; the rows past the block's last are zero), A's entry (k, c)
+// given by a_at(k, c): warp w computes tiles (w / 2, 2 (w % 2) + {0, 1}) of the 4 x 4 tiles of 8 x 8.
+template <class AAt>
+__device__ void at_times_x(AAt a_at, const double* X, int rows, double* part, int warp, int lane) {
     const int a = warp >> 1, b0 = 2 * (warp & 1);
     double c[2][2] = {};
     const int kr = lane & 3, col = lane >> 2;
     for (int k0 = 0; k0 < rows; k0 += 4) {
         const double* row = X + (k0 + kr) * LD + col;
-        const double fa = row[8 * a];
+        const double fa = a_at(k0 + kr, 8 * a + col);
         dmma(c[0], fa, row[8 * b0]);
         dmma(c[1], fa, row[8 * (b0 + 1)]);
     }
@@ -85,6 +89,11 @@ __device__ void gram(const double* X, int rows, double* part, int warp, int lane
         out[0] = c[e][0];
         out[1] = c[e][1];
     }
+}
+
+// part = X^T X over X's first `rows` rows.
+__device__ void gram(const double* X, int rows, double* part, int warp, int lane) {
+    at_times_x([X](int k, int c) { return X[k * LD + c]; }, X, rows, part, warp, lane);
 }
 
 // out[0, rows) = X[0, rows) B (rows a multiple of 8; out may be X: a warp reads a tile's rows before writing them).
@@ -104,6 +113,35 @@ __device__ void times(const double* X, int rows, const double* B, double* out, i
             double* o = out + (t0 + r) * LD + 8 * cb + 2 * kr;
             o[0] = c[cb][0];
             o[1] = c[cb][1];
+        }
+    }
+}
+
+// part = V^T X over the first `rows` rows (a multiple of 4). V: FP32 in global memory, column-major (ld ldv), its rows
+// from `valid` on read as zeros. (Staged in shared memory, V kept update blocks off the panel's SMs.)
+__device__ void cross(const float* V, int64_t ldv, int valid, const double* X, int rows, double* part, int warp,
+                      int lane) {
+    at_times_x([V, ldv, valid](int k, int c) { return k < valid ? (double)V[(int64_t)c * ldv + k] : 0.0; }, X, rows,
+               part, warp, lane);
+}
+
+// X[0, rows) -= V[0, rows) B (rows a multiple of 8; V as in cross).
+__device__ void minus_times(const float* V, int64_t ldv, int valid, double* X, int rows, const double* B, int warp,
+                            int lane) {
+    const int kr = lane & 3, r = lane >> 2;
+    for (int t0 = 8 * warp; t0 < rows; t0 += 8 * NWARPS) {
+        double c[4][2] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < W; k0 += 4) {
+            const double a = t0 + r < valid ? V[(int64_t)(k0 + kr) * ldv + t0 + r] : 0.0;
+#pragma unroll
+            for (int cb = 0; cb < 4; ++cb) dmma(c[cb], a, B[(k0 + kr) * LD + 8 * cb + r]);
+        }
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb) {
+            double* o = X + (t0 + r) * LD + 8 * cb + 2 * kr;
+            o[0] -= c[cb][0];
+            o[1] -= c[cb][1];
         }
     }
 }
@@ -367,13 +405,53 @@ __device__ void write_top(Small& sm, const qr2_panel_job& a, int64_t b, double* 
         for (int i = lane; i < a.v_row0; i += 32) v[(int64_t)c * a.ldv + i] = 0.f;
 }
 
-// BLOCK_ROWS: the rows a block holds at most.
-template <int BLOCK_ROWS>
+// The previous panel's reflectors applied to this block's rows of the panel (and block 0's W rows above it), which X
+// holds as loaded; then those rows rounded to FP32 into H and X, the panel's top W rows into every block's sm.z, and
+// the columns non-zero below their diagonal into sm.below (AHEAD: the load leaves these to this).
+__device__ void apply_previous(cg::cluster_group& cluster, const qr2_panel_job& a, int64_t b, double* X, Small& sm,
+                               int row0, int rows, int C, int q, int t, int warp, int lane) {
+    const int rows8 = (rows + 7) & ~7, top = q == 0 ? W : 0;  // block 0 also holds the W rows above the panel
+    const float* v = a.prev_v + b * a.prev_v_bs + W + row0 - top;  // V's row for X's row -top
+    const float* T = a.prev_t + b * a.prev_t_bs;
+    float* panel = a.h + b * a.h_bs;
+    if (q == 0)
+        for (int e = t; e < W * W; e += THREADS) X[(e % W - W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W - W];
+    for (int e = t; e < W * W; e += THREADS) sm.r1inv[(e / W) * LD + e % W] = (double)T[e];  // T^T, row-major
+    __syncthreads();
+    cross(v, a.prev_ldv, top + rows, X - top * LD, top + rows8, sm.part[0], warp, lane);  // this block's V^T C
+    cluster.sync();
+    cluster_sum(cluster, sm, 0, sm.g, t, C, q);
+    cluster.sync();
+    times(sm.r1inv, W, sm.g, sm.n, warp, lane);  // T^T V^T C
+    __syncthreads();
+    minus_times(v, a.prev_ldv, top + rows, X - top * LD, top + rows8, sm.n, warp, lane);
+    __syncthreads();
+    unsigned below = 0u;
+    for (int c = warp; c < W; c += NWARPS)
+        for (int i = lane - top; i < rows; i += 32) {
+            const float y = (float)X[i * LD + c];
+            X[i * LD + c] = (double)y;
+            panel[(int64_t)c * a.ldh + row0 + i] = y;  // the Householder kinds read these where the guard fails
+            if (i >= 0 && y != 0.f && row0 + i > c) below |= 1u << c;  // NaN counts as non-zero
+        }
+    below = __reduce_or_sync(FULL, below);
+    if (lane == 0 && below) atomicOr(&sm.below, below);
+    __syncthreads();
+    if (q == 0)  // read by the other blocks after the cluster barriers of step 1
+        for (int e = t; e < W * W; e += THREADS) {
+            const double z = X[(e / W) * LD + e % W];
+            for (int r = 0; r < C; ++r) cluster.map_shared_rank(sm.z, r)[(e / W) * LD + e % W] = z;
+        }
+}
+
+// BLOCK_ROWS: the rows a block holds at most. AHEAD: the previous panel's reflectors first (apply_previous).
+template <int BLOCK_ROWS, bool AHEAD>
 __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job a, int* done) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ __align__(16) unsigned char smem[];
-    double* X = reinterpret_cast<double*>(smem);  // this block's rows: P, then Y, then V's rows
-    Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * BLOCK_ROWS * LD);
+    // this block's rows: P, then Y, then V's rows (AHEAD: after W rows for those above the panel)
+    double* X = reinterpret_cast<double*>(smem) + (AHEAD ? W * LD : 0);
+    Small& sm = *reinterpret_cast<Small*>(smem + sizeof(double) * (BLOCK_ROWS + (AHEAD ? W : 0)) * LD);
     double* x = sm.part[0];  // scratch, once the partial Gram matrices are summed
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), q = (int)cluster.block_rank();
@@ -404,15 +482,17 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
             for (int k = 0; k < BLOCK_ROWS / 32; ++k) {
                 const int c = warp + NWARPS * u, i = lane + 32 * k;
                 if (i < rows8) X[i * LD + c] = (double)in[u][k];
-                if (in[u][k] != 0.f && row0 + i > c) below |= 1u << c;  // NaN counts as non-zero
+                if (!AHEAD && in[u][k] != 0.f && row0 + i > c) below |= 1u << c;  // NaN counts as non-zero
             }
         below = __reduce_or_sync(FULL, below);
         if (lane == 0 && below) atomicOr(&sm.below, below);
         // the panel's top 32 rows, from which every block rebuilds Q's top block (block 0 writes them only at the end,
         // after the cluster barriers below)
-        for (int e = t; e < W * W; e += THREADS) sm.z[(e % W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W];
+        if (!AHEAD)
+            for (int e = t; e < W * W; e += THREADS) sm.z[(e % W) * LD + e / W] = (double)panel[(int64_t)(e / W) * a.ldh + e % W];
     }
     __syncthreads();
+    if (AHEAD) apply_previous(cluster, a, b, X, sm, row0, rows, C, q, t, warp, lane);
 
     // 1. G1, summed over the cluster; R~ and D; R1^-1 = D^-1 R~^-1 (every block, the same bits)
     gram(X, rows8, sm.part[0], warp, lane);
@@ -460,7 +540,9 @@ __global__ void __launch_bounds__(THREADS, 1) panel_cholqr_kernel(qr2_panel_job 
     write_top(sm, a, b, x, warp, lane);
 }
 
-constexpr size_t smem_bytes(int block_rows) { return sizeof(double) * block_rows * LD + sizeof(Small); }
+constexpr size_t smem_bytes(int block_rows, bool ahead = false) {
+    return sizeof(double) * (block_rows + (ahead ? W : 0)) * LD + sizeof(Small);
+}
 
 // Blocks per matrix: the fewest (a power of two) that hold the rows at block_rows a block; 0 where none do. Spreading
 // a panel over more, smaller blocks measured slower at every batch (H200, docs/tuning.md): 128-row blocks, two an SM,
@@ -484,20 +566,20 @@ int block_rows_for(int64_t batch, int64_t m, const qr2_device* dev) {
     return narrow == 0 || waves(wide) < waves(narrow) ? WIDE_ROWS : ROWS;
 }
 
-template <int BLOCK_ROWS>
+template <int BLOCK_ROWS, bool AHEAD>
 int launch(const qr2_panel_job* a, int* done, void* stream) {
     const int c = blocks_per_matrix(a->m, BLOCK_ROWS);
     if (c > 8)
-        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel<BLOCK_ROWS>,
+        QR2_CHECK_CUDA(cudaFuncSetAttribute(panel_cholqr_kernel<BLOCK_ROWS, AHEAD>,
                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                        "panel_cholqr cluster size");
     Qr2Launch how;
     how.grid = dim3((unsigned)(a->batch * c));
     how.block = dim3(THREADS);
-    how.smem = smem_bytes(BLOCK_ROWS);
+    how.smem = smem_bytes(BLOCK_ROWS, AHEAD);
     how.cluster = (unsigned)c;
     how.pdl = how.cluster == 1;  // the kernel starts with qr2_follow_previous_kernel (not with clusters: slower)
-    return qr2_launch(panel_cholqr_kernel<BLOCK_ROWS>, how, stream, "panel_cholqr launch", *a, done);
+    return qr2_launch(panel_cholqr_kernel<BLOCK_ROWS, AHEAD>, how, stream, "panel_cholqr launch", *a, done);
 }
 
 // ---- The grid form: panels taller than a cluster holds (one 32-column panel of m > GRID_MIN_ROWS rows a launch
@@ -509,6 +591,7 @@ int launch(const qr2_panel_job* a, int* done, void* stream) {
 //   grid_second (a block a matrix): G2 summed, then step 3 and T, tau, R, L and V's top block as the cluster form
 //     does them, and M = R1^-1 N; done[b];
 //   grid_v (blocks): V's rows below the top block, P M, into H and V.
+// Past SUM_ALONE parts a matrix, grid_sum sums each pass's partials over 16 blocks a matrix first.
 // Why: past a cluster's rows the Householder panel is the tall kind, a launch a reflector (about 0.85 ms a 32-column
 // panel of 100000 rows); this is five launches whatever the height.
 constexpr int GRID_MIN_ROWS = 8192;  // up to this the cluster panel holds the rows (panel_cluster.cu)
@@ -604,7 +687,38 @@ __device__ void sum_parts(const double* partial, int64_t b, int parts, double* d
     }
 }
 
-__global__ void __launch_bounds__(THREADS, 1) grid_first_kernel(int parts, const double* partial,
+// Past SUM_ALONE parts a matrix, one block summing them all is what grid_first and grid_second wait on (1 x 100000 x
+// 256: 264 parts, 27 and 37 us a launch): block x sums entries [E s, E s + E) of matrix b = x / SUM_BLOCKS (s = x %
+// SUM_BLOCKS) over its parts into sums[b W W + entry], each of a slice's entries by THREADS / E threads that sum
+// consecutive runs of the parts, the runs then added in order (the same bits every call).
+constexpr int SUM_ALONE = 32, SUM_BLOCKS = 16, E = W * W / SUM_BLOCKS, RUNS = THREADS / E;
+__global__ void __launch_bounds__(THREADS) grid_sum_kernel(int parts, const double* partial, double* sums) {
+    qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
+    __shared__ double run[THREADS];
+    const int64_t b = blockIdx.x / SUM_BLOCKS;
+    const int t = threadIdx.x, e = t % E, r = t / E, entry = (int)(blockIdx.x % SUM_BLOCKS) * E + e;
+    const int per = (parts + RUNS - 1) / RUNS, p0 = min(parts, r * per), p1 = min(parts, p0 + per);
+    const double* p = partial + b * parts * W * W + entry;
+    double sum = 0.0;
+    for (int q0 = p0; q0 < p1; q0 += SUM_AHEAD) {
+        double x[SUM_AHEAD];
+#pragma unroll
+        for (int k = 0; k < SUM_AHEAD; ++k) x[k] = q0 + k < p1 ? p[(int64_t)(q0 + k) * W * W] : 0.0;
+#pragma unroll
+        for (int k = 0; k < SUM_AHEAD; ++k)
+            if (q0 + k < p1) sum += x[k];
+    }
+    run[t] = sum;
+    __syncthreads();
+    if (r == 0) {
+        double total = run[e];
+        for (int k = 1; k < RUNS; ++k) total += run[e + k * E];
+        sums[b * W * W + entry] = total;
+    }
+}
+
+// partial: partial_parts partial Gram matrices a matrix (1: summed by grid_sum); below: `parts` words a matrix.
+__global__ void __launch_bounds__(THREADS, 1) grid_first_kernel(int parts, const double* partial, int partial_parts,
                                                                 const unsigned* below, GridState* state) {
     qr2_follow_previous_kernel();  // launched with Qr2Launch::pdl
     extern __shared__ __align__(16) unsigned char smem[];
@@ -612,7 +726,7 @@ __global__ void __launch_bounds__(THREADS, 1) grid_first_kernel(int parts, const
     const int64_t b = blockIdx.x;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     if (t == 0) sm.progress[0] = 0u;
-    sum_parts(partial, b, parts, sm.g, t);
+    sum_parts(partial, b, partial_parts, sm.g, t);
     if (warp == 0) {
         unsigned bits = 0u;
         for (int q = lane; q < parts; q += 32) bits |= below[b * parts + q];
@@ -704,19 +818,29 @@ extern "C" int qr2_panel_cholqr_holds(int64_t m, int64_t w, const qr2_device* de
     return w == W && m >= 2 * W && c > 0 && (c == 1 || dev->clusters) && smem_bytes(ROWS) <= (size_t)dev->smem_optin;
 }
 
+extern "C" int qr2_panel_cholqr_applies_previous(int64_t m, int64_t w, const qr2_device* dev) {
+    return qr2_panel_cholqr_holds(m, w, dev) && smem_bytes(ROWS, true) <= (size_t)dev->smem_optin;
+}
+
 extern "C" int qr2_panel_cholqr_run(const qr2_panel_job* a, int* done, const qr2_device* dev, void* stream) {
     if (a->batch <= 0) return 0;
     if (!qr2_panel_cholqr_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr", "panel shape not held");
     // block 0 holds the top 32 rows: a panel has at least 64, and past a block's rows the fewest blocks hold more
     // than half of them each
-    if (block_rows_for(a->batch, a->m, dev) == WIDE_ROWS) return launch<WIDE_ROWS>(a, done, stream);
-    return launch<ROWS>(a, done, stream);
+    if (a->prev_v) {  // ROWS-row blocks only (lookahead's few matrices fit one wave of them)
+        if (!a->prev_t || !qr2_panel_cholqr_applies_previous(a->m, a->w, dev))
+            return qr2_record_error("panel_cholqr", "previous reflectors without T, or no shared memory for them");
+        return launch<ROWS, true>(a, done, stream);
+    }
+    if (block_rows_for(a->batch, a->m, dev) == WIDE_ROWS) return launch<WIDE_ROWS, false>(a, done, stream);
+    return launch<ROWS, false>(a, done, stream);
 }
 
-// The grid form's workspace: per matrix its parts' partial Gram matrices and below bits, and its GridState.
+// The grid form's workspace: per matrix its parts' partial Gram matrices, their sum (grid_sum) and below bits, and its
+// GridState.
 extern "C" int64_t qr2_panel_cholqr_grid_work_floats(int64_t m, int64_t batch, const qr2_device* dev) {
     const int64_t parts = grid_parts(m, batch, dev);
-    const int64_t bytes = batch * (parts * (W * W * (int64_t)sizeof(double) + (int64_t)sizeof(unsigned)) +
+    const int64_t bytes = batch * ((parts + 1) * W * W * (int64_t)sizeof(double) + parts * (int64_t)sizeof(unsigned) +
                                    (int64_t)sizeof(GridState)) + 64;
     return (bytes + 3) / 4;
 }
@@ -732,9 +856,10 @@ extern "C" int qr2_panel_cholqr_grid_run(const qr2_panel_job* a, int* done, void
     if (!qr2_panel_cholqr_grid_holds(a->m, a->w, dev)) return qr2_record_error("panel_cholqr_grid", "panel shape not held");
     const int parts = grid_parts(a->m, a->batch, dev);
     if (a->batch > INT_MAX / parts) return qr2_record_error("panel_cholqr_grid", "more than 2^31 - 1 thread blocks");
-    // work: the partials (doubles), then the below bits, then the states (8-byte aligned)
+    // work: the partials (doubles), their sums, then the below bits, then the states (8-byte aligned)
     double* partial = static_cast<double*>(work);
-    unsigned* below = reinterpret_cast<unsigned*>(partial + a->batch * parts * W * W);
+    double* sums = partial + a->batch * parts * W * W;
+    unsigned* below = reinterpret_cast<unsigned*>(sums + a->batch * W * W);
     const uintptr_t after = reinterpret_cast<uintptr_t>(below + a->batch * parts);
     GridState* state = reinterpret_cast<GridState*>((after + 15) / 16 * 16);
     Qr2Launch rows, one;
@@ -748,15 +873,28 @@ extern "C" int qr2_panel_cholqr_grid_run(const qr2_panel_job* a, int* done, void
     Qr2Launch vrows = rows;
     vrows.grid = dim3((unsigned)(a->batch * chunks));
     one.smem = one.smem_limit = sizeof(Small);
+    Qr2Launch sum;
+    sum.pdl = true;
+    sum.grid = dim3((unsigned)(a->batch * SUM_BLOCKS));
+    sum.block = dim3(THREADS);
+    if (a->batch > INT_MAX / SUM_BLOCKS) return qr2_record_error("panel_cholqr_grid", "more than 2^31 - 1 thread blocks");
+    // grid_first and grid_second sum the partials themselves, or read them summed by grid_sum (as one part)
+    const bool apart = parts > SUM_ALONE;
+    const double* summed = apart ? sums : partial;
+    const int summed_parts = apart ? 1 : parts;
     const GridState* none = nullptr;
     return qr2_launch(grid_gram_kernel, rows, stream, "panel_cholqr_grid gram launch", *a, parts, none, partial,
                       below) ||
-           qr2_launch(grid_first_kernel, one, stream, "panel_cholqr_grid first launch", parts,
-                      (const double*)partial, (const unsigned*)below, state) ||
+           (apart && qr2_launch(grid_sum_kernel, sum, stream, "panel_cholqr_grid sum launch", parts,
+                                (const double*)partial, sums)) ||
+           qr2_launch(grid_first_kernel, one, stream, "panel_cholqr_grid first launch", parts, summed, summed_parts,
+                      (const unsigned*)below, state) ||
            qr2_launch(grid_gram_kernel, rows, stream, "panel_cholqr_grid gram launch", *a, parts,
                       (const GridState*)state, partial, below) ||
-           qr2_launch(grid_second_kernel, one, stream, "panel_cholqr_grid second launch", *a, parts,
-                      (const double*)partial, state, done) ||
+           (apart && qr2_launch(grid_sum_kernel, sum, stream, "panel_cholqr_grid sum launch", parts,
+                                (const double*)partial, sums)) ||
+           qr2_launch(grid_second_kernel, one, stream, "panel_cholqr_grid second launch", *a, summed_parts, summed,
+                      state, done) ||
            qr2_launch(grid_v_kernel, vrows, stream, "panel_cholqr_grid v launch", *a, chunks,
                       (const GridState*)state, (const int*)done);
 }
