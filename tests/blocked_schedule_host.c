@@ -342,6 +342,15 @@ int qr2_panel_cholqr_run(const qr2_panel_job* j, int* done, const qr2_device* de
     touch_flat(&ws, FLAGS, done, 1, 0, j->batch, sizeof(int), WRITE, "cholqr panel's flags");
     if (j->prev_v) { /* the previous panel's V and T read; its columns' W rows above the panel written */
         const char* what = "cholqr panel's previous reflectors";
+        /* within one kernel the race check sees nothing: the V and T it reads must not be the ones it writes */
+        const region pv = {(const char*)j->prev_v, j->batch, j->prev_v_bs, j->w, j->prev_ldv, 32 + j->m,
+                           sizeof(float), READ, what};
+        const region v = {(const char*)j->v, j->batch, j->v_bs, j->w, j->ldv, j->v_row0 + j->m, sizeof(float), WRITE,
+                          what};
+        const region pt = {(const char*)j->prev_t, j->batch, j->prev_t_bs, 1, 0, 32 * 32, sizeof(float), READ, what};
+        const region t = {(const char*)j->t, j->batch, j->t_bs, 1, 0, (int64_t)j->w * j->w, sizeof(float), WRITE, what};
+        if (overlap(&pv, &v) || overlap(&v, &pv)) fail("%s: the previous V overlaps the V it writes", what);
+        if (j->t && (overlap(&pt, &t) || overlap(&t, &pt))) fail("%s: the previous T overlaps the T it writes", what);
         touch_as(&ws, V, j->prev_v, j->batch, j->prev_v_bs, j->w, j->prev_ldv, 32 + j->m, sizeof(float), READ, what);
         touch_flat(&ws, T, j->prev_t, j->batch, j->prev_t_bs, 32 * 32, sizeof(float), READ, what);
         touch(&h_buf, j->h - 32, j->batch, j->h_bs, j->w, j->ldh, 32, sizeof(float), WRITE, what);
