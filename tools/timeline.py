@@ -2,7 +2,10 @@
 streams, the call's span and the gaps in it, and for each kernel how much of its time ran beside another stream's work
 (for a batch in two halves: how much of one half's panels the other half's updates hide).
 
-    python tools/timeline.py [--shapes 640:512,60:1024] [--route blocked_nb32] [--top 8]
+    python tools/timeline.py [--shapes 640:512,60:1024] [--route blocked_nb32] [--top 8] [--window 36]
+
+--window N also prints N consecutive activities from the middle of the call (stream, start and end from the call's
+start, duration, name): which stream waits on which, step by step (how lookahead's two streams were read).
 """
 import argparse
 from collections import defaultdict
@@ -21,6 +24,7 @@ def main():
     ap.add_argument("--shapes", default=None, help="batch:n or batch:m:n, comma-separated")
     ap.add_argument("--route", default=None, help="force this route where it can run")
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--window", type=int, default=0, help="consecutive activities to list from the call's middle")
     args = ap.parse_args()
     qr2_op._force_config(args.route)
     for batch, m, n in parse_shapes(args.shapes, SHAPES):
@@ -47,6 +51,11 @@ def main():
         print(f"  {'us':>9s} {'beside':>7s}  launches  kernel")
         for name, (count, ns, beside) in sorted(per.items(), key=lambda kv: -kv[1][1])[: args.top]:
             print(f"  {ns / 1e3:9.0f} {100 * beside / ns if ns else 0:6.1f}%  x{count:<7d} {name}")
+        if args.window:
+            mid = max(0, (len(spans) - args.window) // 2)
+            print(f"  {'stream':>8s} {'start us':>10s} {'end us':>10s} {'us':>7s}  kernel")
+            for name, st, s, e in spans[mid:mid + args.window]:
+                print(f"  {st:>8} {(s - start) / 1e3:10.1f} {(e - start) / 1e3:10.1f} {(e - s) / 1e3:7.1f}  {name}")
     qr2_op._force_config(None)
 
 
