@@ -593,7 +593,7 @@ int launch(const qr2_panel_job* a, int* done, void* stream) {
 //   grid_v (blocks): V's rows below the top block, P M, into H and V.
 // Past SUM_ALONE parts a matrix, grid_sum sums each pass's partials over 16 blocks a matrix first.
 // Why: past a cluster's rows the Householder panel is the tall kind, a launch a reflector (about 0.85 ms a 32-column
-// panel of 100000 rows); this is five launches whatever the height.
+// panel of 100000 rows); this is five to seven launches whatever the height.
 constexpr int GRID_MIN_ROWS = 8192;  // up to this the cluster panel holds the rows (panel_cluster.cu)
 
 struct GridState {
